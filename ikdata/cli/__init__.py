@@ -1,0 +1,42 @@
+"""The ``ikdata`` command: a thin typer layer over the library.
+
+Errors are translated in one place, :class:`_Group.invoke`: an
+:class:`IkdataError` prints its message (no traceback) and exits with its code
+(1, or 2 for usage); set IKDATA_DEBUG=1 to see the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+import typer
+from typer.core import TyperGroup
+
+from ikdata.errors import IkdataError
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except IkdataError as exc:
+            if os.environ.get("IKDATA_DEBUG"):
+                raise
+            from ikdata.cli._output import err_console
+
+            err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+
+
+app = typer.Typer(name="ikdata", cls=_Group, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Capture, replay, import and share real operator workloads as content-addressed datasets.")
+
+from ikdata.cli import data  # noqa: E402,F401  (registers commands)
+from ikdata.cli import commands  # noqa: E402,F401  (commands of later modules register here)
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    app()

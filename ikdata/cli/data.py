@@ -1,0 +1,136 @@
+"""Commands that read or check a dataset: init, validate, ls, show, stats, repair, manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ikdata import manifest as manifest_mod
+from ikdata.cli import _output as out
+from ikdata.cli import app
+from ikdata.cli._options import DatasetArg, DefinitionsOpt, JsonOpt
+from ikdata.dataset import Dataset
+from ikdata.errors import UsageError
+
+VALIDATE_EXAMPLES = """
+Examples:
+  ikdata validate runs/minilm --deep
+  ikdata validate seed-capture --definitions seed/definitions --json
+"""
+
+
+def _open(path: Path, definitions: list[Path] | None) -> Dataset:
+    return Dataset.open(path, definitions=definitions or ())
+
+
+@app.command()
+def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dataset name.")] = None,
+         description: Annotated[Optional[str], typer.Option(help="One-line description.")] = None) -> None:
+    """Create an empty ikdata dataset with its manifest."""
+    from ikdata.layout import init_dataset
+
+    dataset_id = init_dataset(path, name=name, description=description)
+    out.info(f"initialised {path} (id {dataset_id[:12]})")
+
+
+@app.command(epilog=VALIDATE_EXAMPLES)
+def validate(path: DatasetArg, deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
+             definitions: DefinitionsOpt = None, json_: JsonOpt = False,
+             jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None) -> None:
+    """Check every record, reference and blob; report every problem. Exit 1 if any."""
+    from ikdata.validate import validate as run_validate
+
+    report = run_validate(_open(path, definitions), deep=deep, jobs=jobs)
+    if json_:
+        out.emit_json(report.to_dict())
+    else:
+        out.problems(report.problems)
+        verdict = "clean" if report.ok else f"{len(report.problems)} problem(s)"
+        out.info(f"{path}: {verdict} — {report.definitions} definitions, {report.workloads} workloads, "
+                 f"{report.receipts} receipts, {report.blobs_checked} blobs checked"
+                 + (f", {report.blobs_rehashed} rehashed" if deep else ""))
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command("ls")
+def list_workloads(path: DatasetArg, definition: Annotated[Optional[str], typer.Option(
+        "--definition", help="Only this definition's workloads.")] = None,
+        definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+    """List workloads: uuid, definition, axes."""
+    ds = _open(path, definitions)
+    rows = list(ds.workloads(definition))
+    if json_:
+        out.emit_json([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source}
+                       for r in rows])
+    else:
+        out.table(f"{len(rows)} workloads", ["uuid", "definition", "axes"],
+                  [(r.uuid, r.definition, " ".join(f"{k}={v}" for k, v in r.axes.items())) for r in rows])
+    if ds.problems:
+        out.problems(ds.problems)
+
+
+@app.command()
+def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uuid (a unique prefix is enough).")],
+         definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+    """Show one workload: its row, its receipt and its blobs."""
+    from ikdata.inspect import describe_workload
+
+    document = describe_workload(_open(path, definitions), uuid)
+    if json_:
+        out.emit_json(document)
+        return
+    row = document["row"]
+    out.info(f"workload {row['workload']['uuid']}  definition {row['definition']}  ({document['source']})")
+    out.table("inputs", ["name", "descriptor", "dtype", "shape"],
+              [(n, d["descriptor"], d.get("dtype", ""), d.get("shape", "")) for n, d in document["inputs"].items()])
+    for receipt in document["receipts"]:
+        facts = {k: v for k, v in receipt.items() if k not in ("expected_output", "uuid", "definition")}
+        out.info("receipt: " + ", ".join(f"{k}={v}" for k, v in sorted(facts.items())))
+
+
+@app.command()
+def stats(path: DatasetArg, definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+    """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio."""
+    from ikdata.stats import compute
+
+    ds = _open(path, definitions)
+    result = compute(ds)
+    if json_:
+        out.emit_json(result.to_dict())
+        return
+    out.table(f"{path} ({result.layout} layout)", ["definition", "workloads"],
+              sorted(result.workloads_per_definition.items()))
+    out.info(f"definitions {result.definitions} · workloads {result.workloads} · receipts {result.receipts} · "
+             f"unique blobs {result.unique_blobs} · stored {out.human_bytes(result.stored_bytes)} · "
+             f"referenced {out.human_bytes(result.referenced_bytes)} · dedup ×{result.dedup_ratio:.2f}")
+    if ds.problems:
+        out.problems(ds.problems)
+
+
+@app.command()
+def repair(path: DatasetArg) -> None:
+    """Set aside torn or malformed JSONL lines (into FILE.rejected) so the dataset reads clean."""
+    from ikdata.layout import repair_dataset
+
+    results = repair_dataset(path)
+    if not results:
+        out.info(f"{path}: nothing to repair")
+    for r in results:
+        out.info(f"{r.path}: moved line(s) {', '.join(map(str, r.removed_lines))} to {r.set_aside}")
+
+
+@app.command("manifest")
+def manifest_cmd(path: DatasetArg, json_: JsonOpt = False) -> None:
+    """Rebuild the manifest from the files (after editing by hand) and print the dataset id."""
+    if not Path(path).is_dir():
+        raise UsageError(f"{path}: no such dataset folder")
+    from ikdata.locking import dataset_lock
+
+    with dataset_lock(path, exclusive=True):
+        dataset_id = manifest_mod.write(path)
+    if json_:
+        out.emit_json({"id": dataset_id})
+    else:
+        out.info(dataset_id)

@@ -1,0 +1,1 @@
+"""Commands of this feature register on ikdata.cli.app here."""

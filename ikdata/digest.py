@@ -1,0 +1,39 @@
+"""Content digests: the one place where canonical bytes are hashed.
+
+A tensor's digest is sha256 over ``json.dumps([dtype, shape])`` (torch dtype names,
+default separators, as the seed capture script wrote them) followed by the
+tensor's contiguous raw bytes. Records and files hash their canonical bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def tensor_prefix(dtype: str, shape: tuple[int, ...] | list[int]) -> bytes:
+    """The bytes hashed before a tensor's data."""
+    return json.dumps([dtype, list(shape)]).encode()
+
+
+def tensor_digest(dtype: str, shape: tuple[int, ...] | list[int], data: Any) -> str:
+    """Hex digest of a tensor given its torch dtype name, shape and raw bytes (any buffer)."""
+    h = hashlib.sha256(tensor_prefix(dtype, shape))
+    h.update(data)
+    return h.hexdigest()
+
+
+def canonical_json(record: Any) -> bytes:
+    """Canonical JSON bytes of a record: sorted keys, no spaces, UTF-8."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def record_digest(record: Any) -> str:
+    """Hex sha256 of a record's canonical JSON."""
+    return hashlib.sha256(canonical_json(record)).hexdigest()
+
+
+def bytes_digest(data: bytes) -> str:
+    """Hex sha256 of raw bytes."""
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,111 @@
+"""The one exception hierarchy of ikdata.
+
+    IkdataError
+      UsageError            a bad option or configuration (exit 2)
+      RecordError           a record that is malformed (.path, .line, .pointer)
+      DefinitionError       a definition that is inconsistent, or a capture that breaks it
+      UntrustedReference    a reference that may not run (.digest, .source)
+      StoreError            (.digest, .path)
+        BlobNotFound
+        BlobCorrupted
+      ProblemsFound         a check found problems (.problems)
+      MergeConflict         an import that would overwrite different content (.paths)
+      RemoteError           a remote that cannot be reached or read (.url)
+
+Every message says where, what, and what to do. The CLI formats these in one
+place; library code raises them with the facts as attributes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from ikdata.problems import Problem
+
+
+class IkdataError(Exception):
+    """Root of every error ikdata raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(IkdataError):
+    """An option, path or configuration the user gave cannot be used."""
+
+    exit_code = 2
+
+
+class RecordError(IkdataError):
+    """A record (a JSON file or a JSONL line) that is malformed."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 pointer: str | None = None) -> None:
+        where = path or ""
+        if line is not None:
+            where += f":{line}"
+        if pointer:
+            where += f": {pointer}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path, self.line, self.pointer = path, line, pointer
+
+
+class DefinitionError(IkdataError):
+    """A definition that is inconsistent, or tensors that do not fit it."""
+
+    def __init__(self, message: str, *, definition: str | None = None) -> None:
+        super().__init__(f"{definition}: {message}" if definition else message)
+        self.definition = definition
+
+
+class UntrustedReference(IkdataError):
+    """A definition's reference came from an untrusted place and may not run."""
+
+    def __init__(self, name: str, digest: str, source: str) -> None:
+        super().__init__(
+            f"definition {name!r} from {source} is not trusted, so its reference will not run. "
+            f"Read it, then pass --trust {digest} (or name its folder with --definitions).")
+        self.name, self.digest, self.source = name, digest, source
+
+
+class StoreError(IkdataError):
+    """A blob that cannot be stored or read."""
+
+    def __init__(self, message: str, *, digest: str | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.digest, self.path = digest, path
+
+
+class BlobNotFound(StoreError):
+    """A descriptor names a blob that is not there."""
+
+
+class BlobCorrupted(StoreError):
+    """A blob whose bytes do not match its header or its digest."""
+
+
+class ProblemsFound(IkdataError):
+    """A check found one or more problems; all of them are attached."""
+
+    def __init__(self, problems: Sequence[Problem], summary: str) -> None:
+        lines = [summary] + [f"  {p}" for p in problems[:20]]
+        if len(problems) > 20:
+            lines.append(f"  ... and {len(problems) - 20} more")
+        super().__init__("\n".join(lines))
+        self.problems = list(problems)
+
+
+class MergeConflict(IkdataError):
+    """An import would replace content that differs; nothing was written."""
+
+    def __init__(self, message: str, *, paths: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.paths = list(paths)
+
+
+class RemoteError(IkdataError):
+    """A remote that cannot be reached, read or written."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(f"{url}: {message}")
+        self.url = url

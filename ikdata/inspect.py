@@ -1,0 +1,39 @@
+"""Describing one workload: its row, receipts and blob headers, for ``ikdata show``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ikdata.dataset import Dataset
+from ikdata.errors import StoreError, UsageError
+from ikdata.records import TensorRef
+from ikdata.store import read_entries
+
+
+def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
+    """Row, source, inputs (with dtype and shape from blob headers) and receipts of one workload.
+
+    Raises:
+        UsageError: no workload, or more than one, matches the uuid prefix.
+    """
+    matches = [r for r in ds.workloads() if r.uuid.startswith(uuid)]
+    if not matches:
+        raise UsageError(f"{ds.root}: no workload with uuid {uuid!r}; list them with 'ikdata ls {ds.root}'")
+    if len({r.uuid for r in matches}) > 1:
+        raise UsageError(f"{uuid!r} matches {len(matches)} workloads; give more of the uuid")
+    row = matches[0]
+    inputs = {}
+    for name, descriptor in row.inputs.items():
+        entry: dict[str, Any] = {"descriptor": descriptor.to_dict()}
+        if isinstance(descriptor, TensorRef):
+            try:
+                found = [e for e in read_entries(ds.resolve(descriptor.path)) if e.key == descriptor.tensor_key]
+                if found:
+                    entry.update(dtype=found[0].dtype, shape=list(found[0].shape))
+            except (StoreError, OSError) as exc:
+                entry["error"] = str(exc)
+            except Exception as exc:  # an unsafe path: reported, not followed
+                entry["error"] = str(exc)
+        inputs[name] = entry
+    receipts = [r.to_dict() for r in ds.receipts() if r.uuid == row.uuid]
+    return {"source": f"{row.source}:{row.line}", "row": row.to_dict(), "inputs": inputs, "receipts": receipts}

@@ -1,0 +1,140 @@
+"""JSONL files: whole-line appends under an exclusive lock, tolerant reads, and repair.
+
+An append writes all its lines with one ``write`` on an ``O_APPEND`` descriptor
+while holding ``flock(LOCK_EX)``, so lines from several processes never
+interleave. If a crashed writer left a torn last line, the next append first
+ends it with a newline so the torn bytes stay one bad line and never swallow a
+good one. Readers take a shared lock, parse every line, and report malformed or
+torn lines as problems with their file and line.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
+
+from ikdata.problems import Problem
+
+
+def dumps(record: Any) -> bytes:
+    """One record as a compact JSON line with sorted keys (no newline)."""
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def append(path: str | os.PathLike, records: Iterable[Any], *, fsync: bool = True) -> None:
+    """Append records as whole lines, atomically with respect to other appenders."""
+    payload = b"".join(dumps(r) + b"\n" for r in records)
+    if not payload:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload  # isolate a torn line left by a killed writer
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class JsonlContent:
+    """The records of a JSONL file, each with its 1-based line, and the problems met."""
+
+    path: str
+    records: list[tuple[int, Any]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def read_bytes_locked(path: str | os.PathLike) -> bytes:
+    """The file's bytes, read under a shared lock so no append is half-seen."""
+    with open(path, "rb") as stream:
+        fcntl.flock(stream.fileno(), fcntl.LOCK_SH)
+        return stream.read()
+
+
+def read(path: str | os.PathLike, *, display: str | None = None) -> JsonlContent:
+    """Parse every line; malformed and torn lines become problems, never exceptions."""
+    display = display or str(path)
+    content = JsonlContent(display)
+    data = read_bytes_locked(path)
+    lines = data.split(b"\n")
+    torn_tail = not data.endswith(b"\n") and data != b""
+    if not torn_tail:
+        lines.pop()
+    last = len(lines)
+    loads = orjson.loads
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        if number == last and torn_tail:
+            content.problems.append(Problem(
+                display, "torn last line (no newline: a writer was killed mid-write); "
+                "run 'ikdata repair DATASET' to set it aside", number, code="torn-line"))
+            continue
+        try:
+            content.records.append((number, loads(raw)))
+        except orjson.JSONDecodeError as exc:
+            content.problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON "
+                                            "object per line", number, code="malformed-json"))
+    return content
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """What ``repair`` set aside: the file, the bad line numbers, and where they went."""
+
+    path: str
+    removed_lines: tuple[int, ...]
+    set_aside: str | None
+
+
+def repair(path: str | os.PathLike) -> RepairResult:
+    """Move torn and malformed lines to ``<file>.rejected`` and rewrite the file atomically.
+
+    Nothing is lost: every removed line is appended, verbatim, to the sidecar.
+    """
+    from ikdata.store import write_atomic
+
+    path = Path(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        good, bad = [], []
+        lines = data.split(b"\n")
+        torn = not data.endswith(b"\n") and data != b""
+        if not torn:
+            lines.pop()
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            try:
+                if number == len(lines) and torn:
+                    raise ValueError("torn")
+                orjson.loads(raw)
+                good.append(raw + b"\n")
+            except ValueError:
+                bad.append((number, raw))
+        if not bad:
+            return RepairResult(str(path), (), None)
+        sidecar = path.with_name(path.name + ".rejected")
+        with open(sidecar, "ab") as stream:
+            stream.write(b"".join(raw + b"\n" for _, raw in bad))
+            stream.flush()
+            os.fsync(stream.fileno())
+        write_atomic(path, good)
+        return RepairResult(str(path), tuple(n for n, _ in bad), str(sidecar))
+    finally:
+        os.close(fd)

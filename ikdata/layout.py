@@ -1,0 +1,43 @@
+"""Creating and repairing dataset folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ikdata import jsonl, manifest
+from ikdata.dataset import RECEIPTS
+from ikdata.errors import UsageError
+from ikdata.locking import dataset_lock
+
+
+def init_dataset(path: str | os.PathLike, *, name: str | None = None, description: str | None = None) -> str:
+    """Create the folders and the manifest of an empty dataset; return its id.
+
+    Raises:
+        UsageError: the folder exists and is not empty, or cannot be created.
+    """
+    root = Path(path)
+    if root.exists() and any(p.name != ".ikdata.lock" for p in root.iterdir()) and not (root / manifest.MANIFEST).exists():
+        raise UsageError(f"{root}: folder exists and is not an ikdata dataset; choose an empty folder")
+    try:
+        for sub in ("definitions", "workloads", "blob/sha256"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{root}: cannot create the dataset: {exc.strerror}") from exc
+    with dataset_lock(root, exclusive=True):
+        return manifest.write(root, name=name, description=description)
+
+
+def repair_dataset(path: str | os.PathLike) -> list[jsonl.RepairResult]:
+    """Set aside torn and malformed lines of every JSONL file, then refresh the manifest."""
+    root = Path(path)
+    if not root.is_dir():
+        raise UsageError(f"{root}: no such dataset folder")
+    files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
+    files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
+    with dataset_lock(root, exclusive=True):
+        results = [r for r in (jsonl.repair(f) for f in files) if r.removed_lines]
+        if results and (root / manifest.MANIFEST).exists():
+            manifest.write(root)
+    return results

@@ -1,0 +1,154 @@
+"""The manifest ``ikdata.json``: the dataset's commit marker and identity.
+
+It lists the digest of every definition, workload, receipt and report file and
+the digest of the blob set; its own canonical digest is the dataset id, and
+``parents`` names the ids merged into it. Written last, atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ikdata import schema
+from ikdata.digest import canonical_json, record_digest
+from ikdata.errors import RecordError
+from ikdata.problems import Problem
+from ikdata.store import BlobStore, write_atomic
+
+FORMAT = "ikdata/1"
+MANIFEST = "ikdata.json"
+TRACKED_TOP = ("definitions", "workloads", "reports")
+TRACKED_FILES = ("receipts.jsonl",)
+
+
+def tracked_files(root: Path) -> list[str]:
+    """Every file the manifest lists, as sorted dataset-relative paths."""
+    found = [f for f in TRACKED_FILES if (root / f).is_file()]
+    for top in TRACKED_TOP:
+        folder = root / top
+        if folder.is_dir():
+            for path in folder.rglob("*"):
+                if path.is_file() and not path.name.startswith(".tmp-") and path.suffix in (".json", ".jsonl"):
+                    found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def _count_lines(path: Path) -> int:
+    return sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
+
+
+def blob_set(root: Path) -> dict[str, Any]:
+    """Count, bytes and digest (sha256 over sorted blob paths, one per line) of the stored blobs."""
+    blobs = sorted(BlobStore(root).iter_blobs())
+    digest = hashlib.sha256("".join(p + "\n" for p, _ in blobs).encode()).hexdigest()
+    return {"count": len(blobs), "bytes": sum(size for _, size in blobs), "digest": digest}
+
+
+def build(root: str | os.PathLike, *, name: str | None = None, description: str | None = None,
+          parents: list[dict] | None = None) -> dict[str, Any]:
+    """The manifest that describes the files as they are now (parents carried from the old one)."""
+    root = Path(root)
+    old = read(root) or {}
+    files = tracked_files(root)
+    blobs = blob_set(root)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "name": name or old.get("name") or root.resolve().name,
+        "counts": {
+            "definitions": sum(1 for f in files if f.startswith("definitions/")),
+            "workloads": sum(_count_lines(root / f) for f in files if f.startswith("workloads/")),
+            "receipts": sum(_count_lines(root / f) for f in files if f == "receipts.jsonl"),
+            "blobs": blobs["count"],
+        },
+        "files": {f: _file_digest(root / f) for f in files},
+        "blobs": blobs,
+        "parents": list(old.get("parents", [])) + list(parents or []),
+    }
+    if description or old.get("description"):
+        manifest["description"] = description or old["description"]
+    return manifest
+
+
+def dataset_id(manifest: dict[str, Any]) -> str:
+    """The dataset id: sha256 of the manifest's canonical JSON."""
+    return record_digest(manifest)
+
+
+def read(root: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest as written, or None if the dataset has none.
+
+    Raises:
+        RecordError: the manifest is not valid JSON or breaks its schema.
+    """
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"malformed JSON: {exc}", path=MANIFEST) from exc
+    problems = schema.check("manifest", manifest, path=MANIFEST)
+    if problems:
+        raise RecordError("; ".join(f"{p.pointer} {p.message}" for p in problems), path=MANIFEST)
+    return manifest
+
+
+def write(root: str | os.PathLike, *, name: str | None = None, description: str | None = None,
+          parent: dict[str, Any] | None = None) -> str:
+    """Rebuild the manifest from the files and write it atomically; return the new dataset id.
+
+    The caller holds the dataset lock when others may write.
+    """
+    root = Path(root)
+    parents = None
+    if parent is not None:
+        parents = [dict(parent, at=parent.get("at", time.time()))]
+    manifest = build(root, name=name, description=description, parents=parents)
+    write_atomic(root / MANIFEST, [canonical_json(manifest) + b"\n"])
+    return dataset_id(manifest)
+
+
+def current_id(root: str | os.PathLike) -> str | None:
+    manifest = read(root)
+    return dataset_id(manifest) if manifest else None
+
+
+def check_manifest(ds: Any) -> list[Problem]:
+    """Every way the manifest disagrees with the files it describes."""
+    try:
+        manifest = read(ds.root)
+    except RecordError as exc:
+        return [Problem(MANIFEST, str(exc).split(": ", 1)[-1], code="manifest")]
+    if manifest is None:
+        return []
+    problems = []
+    actual = build(ds.root)
+    listed, present = manifest["files"], actual["files"]
+    for path in sorted(set(listed) | set(present)):
+        if path not in present:
+            problems.append(Problem(MANIFEST, f"lists {path}, which does not exist", pointer=f"/files/{path}",
+                                    code="manifest"))
+        elif path not in listed:
+            problems.append(Problem(MANIFEST, f"does not list {path}; run 'ikdata manifest DIR' after changing "
+                                    "files by hand", pointer="/files", code="manifest"))
+        elif listed[path] != present[path]:
+            problems.append(Problem(MANIFEST, f"digest of {path} is {present[path]}, manifest says {listed[path]}",
+                                    pointer=f"/files/{path}", code="manifest"))
+    if manifest["blobs"] != actual["blobs"]:
+        problems.append(Problem(MANIFEST, f"blob set is {actual['blobs']}, manifest says {manifest['blobs']}",
+                                pointer="/blobs", code="manifest"))
+    if manifest["counts"] != actual["counts"]:
+        problems.append(Problem(MANIFEST, f"counts are {actual['counts']}, manifest says {manifest['counts']}",
+                                pointer="/counts", code="manifest"))
+    return problems

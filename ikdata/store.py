@@ -1,0 +1,282 @@
+"""The content-addressed blob store: put, get, verify, and blob paths.
+
+A blob is a one-tensor safetensors file at ``blob/sha256/<d[:2]>/<digest>.safetensors``,
+named by the tensor digest of :mod:`ikdata.digest`. Writes go to a unique temp
+file in the target folder, are fsynced and renamed; a digest already stored is
+not written again. Verification rehashes the file itself (header and data,
+memory-mapped) without torch.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ikdata.digest import tensor_digest, tensor_prefix
+from ikdata.errors import BlobCorrupted, BlobNotFound, StoreError
+from ikdata.records import TensorRef
+from ikdata.safetensors_format import (BLOB_KEY, DTYPES, FormatError, TensorEntry, encode_header,
+                                       parse_header)
+
+BLOB_DIR = "blob"
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+_HEADER_READ = 4096  # one read covers the header of every blob ikdata writes
+_MMAP_FROM = 1 << 20  # files above this are hashed through mmap, smaller ones read whole
+
+_NUMPY_TO_TORCH = {
+    "float64": "torch.float64", "float32": "torch.float32", "float16": "torch.float16",
+    "int64": "torch.int64", "int32": "torch.int32", "int16": "torch.int16", "int8": "torch.int8",
+    "uint8": "torch.uint8", "uint16": "torch.uint16", "uint32": "torch.uint32",
+    "uint64": "torch.uint64", "bool": "torch.bool", "complex64": "torch.complex64",
+}
+
+
+def blob_path(digest: str) -> str:
+    """The dataset-relative path of the blob with this digest."""
+    return f"{BLOB_DIR}/sha256/{digest[:2]}/{digest}.safetensors"
+
+
+def digest_from_path(path: str) -> str | None:
+    """The digest a blob path names, if its file name is a digest (ikdata and seed layouts)."""
+    stem = os.path.basename(path).split(".", 1)[0]
+    return stem if DIGEST_RE.match(stem) else None
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    """A tensor as dtype name, shape and a contiguous byte buffer (no torch needed)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any  # a buffer: memoryview, bytes, numpy array
+
+    @property
+    def digest(self) -> str:
+        return tensor_digest(self.dtype, self.shape, self.data)
+
+
+def raw_tensor(value: Any) -> RawTensor:
+    """Turn a torch tensor or a numpy array into a RawTensor, copying to host memory once at most.
+
+    Raises:
+        StoreError: for a type or dtype that cannot be stored.
+    """
+    module = type(value).__module__
+    if module.startswith("torch"):
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            raise StoreError(f"cannot store a {type(value).__name__}; pass a tensor or a numpy array")
+        dtype = str(value.dtype)
+        if dtype not in DTYPES:
+            raise StoreError(f"dtype {dtype} cannot be stored in a safetensors blob")
+        tensor = value.detach()
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        tensor = tensor.contiguous()
+        flat = tensor.reshape(-1).view(torch.uint8) if tensor.numel() else torch.empty(0, dtype=torch.uint8)
+        return RawTensor(dtype, tuple(tensor.shape), memoryview(flat.numpy()))
+    if module == "numpy":
+        import numpy as np
+
+        dtype = _NUMPY_TO_TORCH.get(value.dtype.name)
+        if dtype is None:
+            raise StoreError(f"numpy dtype {value.dtype} cannot be stored; use one of {sorted(_NUMPY_TO_TORCH)}")
+        array = np.ascontiguousarray(value)
+        return RawTensor(dtype, tuple(array.shape), memoryview(array.reshape(-1).view(np.uint8)))
+    raise StoreError(f"cannot store a {type(value).__name__}; pass a torch tensor or a numpy array")
+
+
+def write_atomic(path: Path, chunks: Iterable[Any]) -> None:
+    """Write bytes to a unique temp file beside ``path``, fsync, and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            for chunk in chunks:
+                stream.write(chunk)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """What ``put`` did: the descriptor, the digest, the bytes, and whether a file was written."""
+
+    ref: TensorRef
+    digest: str
+    nbytes: int
+    written: bool
+
+
+class BlobStore:
+    """The blobs of one dataset root.
+
+    Example:
+        >>> store = BlobStore(Path("my-dataset"))
+        >>> ref = store.put(numpy.ones((2, 3), dtype="float32")).ref
+        >>> store.get(ref).shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    def put(self, value: Any) -> PutResult:
+        """Store a torch tensor or numpy array; write nothing if its digest is already stored."""
+        return self.put_raw(value if isinstance(value, RawTensor) else raw_tensor(value))
+
+    def put_raw(self, raw: RawTensor, *, digest: str | None = None) -> PutResult:
+        """Store a RawTensor whose digest may already be known."""
+        digest = digest or raw.digest
+        relative = blob_path(digest)
+        path = self.root / relative
+        nbytes = memoryview(raw.data).nbytes
+        if path.exists():
+            return PutResult(TensorRef(relative, BLOB_KEY), digest, nbytes, False)
+        write_atomic(path, [encode_header(raw.dtype, raw.shape, nbytes), raw.data])
+        return PutResult(TensorRef(relative, BLOB_KEY), digest, nbytes, True)
+
+    def has(self, digest: str) -> bool:
+        return (self.root / blob_path(digest)).exists()
+
+    def get(self, ref: TensorRef, *, device: str = "cpu") -> Any:
+        """Load the tensor a descriptor names (memory-mapped) as a torch tensor.
+
+        Raises:
+            BlobNotFound: the file is missing.
+            BlobCorrupted: the file is not a valid safetensors file or lacks the key.
+        """
+        from safetensors import safe_open
+
+        path = self._checked_path(ref)
+        try:
+            with safe_open(str(path), framework="pt", device=device) as handle:
+                return handle.get_tensor(ref.tensor_key)
+        except Exception as exc:  # safetensors raises its own error types for bad files
+            raise BlobCorrupted(f"{ref.path}: cannot read tensor {ref.tensor_key!r}: {exc}",
+                                path=ref.path) from exc
+
+    def get_numpy(self, ref: TensorRef) -> Any:
+        """Load a tensor as a numpy array (dtypes numpy lacks, such as bfloat16, are refused)."""
+        from safetensors import safe_open
+
+        path = self._checked_path(ref)
+        try:
+            with safe_open(str(path), framework="numpy") as handle:
+                return handle.get_tensor(ref.tensor_key)
+        except Exception as exc:
+            raise BlobCorrupted(f"{ref.path}: cannot read tensor {ref.tensor_key!r}: {exc}",
+                                path=ref.path) from exc
+
+    def _checked_path(self, ref: TensorRef) -> Path:
+        path = self.root / ref.path
+        if not path.is_file():
+            raise BlobNotFound(f"{ref.path}: blob not found", path=ref.path, digest=digest_from_path(ref.path))
+        return path
+
+    def iter_blobs(self) -> Iterator[tuple[str, int]]:
+        """Every stored blob as (relative path, size), from a directory scan (no reads)."""
+        top = self.root / BLOB_DIR
+        if not top.is_dir():
+            return
+        stack = [top]
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.name.endswith(".safetensors") and not entry.name.startswith(".tmp-"):
+                        yield (os.path.relpath(entry.path, self.root).replace(os.sep, "/"),
+                               entry.stat(follow_symlinks=False).st_size)
+
+
+def read_entries(path: str | os.PathLike) -> list[TensorEntry]:
+    """The tensors in a safetensors file, with every offset checked against the file size.
+
+    Raises:
+        BlobCorrupted: the file is truncated or its header is malformed.
+    """
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        prefix = stream.read(_HEADER_READ)
+        try:
+            return _parse(stream, prefix, size)
+        except FormatError as exc:
+            raise BlobCorrupted(f"{path}: {exc}", path=str(path)) from exc
+
+
+def _parse(stream: Any, prefix: bytes, size: int) -> list[TensorEntry]:
+    if len(prefix) >= 8:
+        need = 8 + int.from_bytes(prefix[:8], "little")
+        if len(prefix) < need <= size:
+            prefix += stream.read(need - len(prefix))
+    return parse_header(prefix, size)
+
+
+@dataclass(frozen=True)
+class BlobCheck:
+    """The outcome of rehashing one file: each tensor's digest, or the error."""
+
+    path: str
+    entries: tuple[TensorEntry, ...] = ()
+    digests: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def rehash_file(path: str | os.PathLike) -> BlobCheck:
+    """Re-derive the digest of every tensor in a safetensors file from its bytes."""
+    try:
+        with open(path, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if size <= _MMAP_FROM:
+                whole = stream.read()
+                entries = _parse(stream, whole, size)
+                view = memoryview(whole)
+            else:
+                entries = _parse(stream, stream.read(_HEADER_READ), size)
+                mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+                view = memoryview(mapped)
+            try:
+                digests = tuple(tensor_digest(e.dtype, e.shape, view[e.start:e.end]) for e in entries)
+            finally:
+                view.release()
+                if size > _MMAP_FROM:
+                    mapped.close()
+        return BlobCheck(str(path), tuple(entries), digests)
+    except FormatError as exc:
+        return BlobCheck(str(path), error=str(exc))
+    except OSError as exc:
+        return BlobCheck(str(path), error=f"cannot read: {exc.strerror or exc}")
+
+
+def rehash_files(paths: Iterable[str | os.PathLike], *, jobs: int | None = None) -> Iterator[BlobCheck]:
+    """Rehash many files on ``jobs`` threads (hashlib releases the GIL), in input order."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs == 1:
+        yield from map(rehash_file, paths)
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(rehash_file, paths, chunksize=64)
+
+
+__all__ = ["BlobStore", "PutResult", "RawTensor", "raw_tensor", "blob_path", "digest_from_path",
+           "read_entries", "rehash_file", "rehash_files", "BlobCheck", "write_atomic", "tensor_prefix"]

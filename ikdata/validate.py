@@ -1,0 +1,246 @@
+"""Validate a dataset: every record, every reference between records, every blob header; with
+``deep``, every blob's digest. All problems are collected; nothing is modified."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ikdata.dataset import Dataset
+from ikdata.definitions import Definition
+from ikdata.errors import RecordError, StoreError
+from ikdata.problems import Problem
+from ikdata.records import RandomInput, Scalar, TensorRef
+from ikdata.safetensors_format import TensorEntry
+from ikdata.store import digest_from_path, read_entries, rehash_files
+
+
+@dataclass
+class ValidationReport:
+    """The outcome of a validation: every problem, and how much was looked at."""
+
+    problems: list[Problem] = field(default_factory=list)
+    definitions: int = 0
+    workloads: int = 0
+    receipts: int = 0
+    blobs_checked: int = 0
+    blobs_rehashed: int = 0
+    deep: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "deep": self.deep, "definitions": self.definitions,
+                "workloads": self.workloads, "receipts": self.receipts,
+                "blobs_checked": self.blobs_checked, "blobs_rehashed": self.blobs_rehashed,
+                "problems": [p.to_dict() for p in self.problems]}
+
+
+@dataclass
+class _Use:
+    """One place a tensor descriptor is used, to check against its blob once headers are read."""
+
+    where: str
+    line: int | None
+    pointer: str
+    ref: TensorRef
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    context: str
+
+
+def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> ValidationReport:
+    """Check a dataset and return every problem found.
+
+    Args:
+        ds: the dataset, as returned by :func:`ikdata.open`.
+        deep: also rehash every blob and compare with the digest its name carries.
+        jobs: threads for reading and hashing blobs (default: all cores).
+
+    Example:
+        >>> report = validate(ikdata.open("runs/gemm"), deep=True)
+        >>> [str(p) for p in report.problems]
+    """
+    report = ValidationReport(deep=deep)
+    problems = report.problems
+    definitions = ds.definitions
+    problems += ds.definition_problems
+    report.definitions = len(definitions)
+    uses: list[_Use] = []
+    rows_by_uuid: dict[str, tuple[str, int, dict]] = {}
+
+    for path in ds.workload_files():
+        display = ds.rel(path)
+        for line, record in ds.read_workload_file(path, validate=True):
+            report.workloads += 1
+            uuid = record["workload"]["uuid"]
+            previous = rows_by_uuid.get(uuid)
+            if previous is not None and previous[2] != record:
+                problems.append(Problem(display, f"uuid {uuid} is also used by a different row at "
+                                        f"{previous[0]}:{previous[1]}; expected one content per uuid",
+                                        line, "/workload/uuid", "duplicate-uuid"))
+                continue
+            rows_by_uuid[uuid] = (display, line, record)
+            definition = definitions.get(record["definition"])
+            if definition is None:
+                problems.append(Problem(display, f"unknown definition {record['definition']!r}; expected one of "
+                                        f"definitions/**/*.json or a folder passed with --definitions",
+                                        line, "/definition", "unknown-definition"))
+                continue
+            _check_row(ds, definition, record, display, line, problems, uses)
+
+    for receipt in ds.receipts(validate=True):
+        report.receipts += 1
+        row = rows_by_uuid.get(receipt.uuid)
+        if row is None:
+            problems.append(Problem(receipt.source, f"receipt names workload {receipt.uuid}, which no workload "
+                                    "row holds", receipt.line, "/uuid", "unknown-workload"))
+            continue
+        if row[2]["definition"] != receipt.definition:
+            problems.append(Problem(receipt.source, f"receipt says definition {receipt.definition!r} but the "
+                                    f"row at {row[0]}:{row[1]} says {row[2]['definition']!r}",
+                                    receipt.line, "/definition", "receipt-mismatch"))
+        definition = definitions.get(receipt.definition)
+        for name, descriptor in receipt.expected_output.items():
+            pointer = f"/expected_output/{name}"
+            if definition is not None and name not in definition.outputs:
+                problems.append(Problem(receipt.source, f"output {name!r} is not an output of {definition.name!r}; "
+                                        f"expected {sorted(definition.outputs)}", receipt.line, pointer, "receipt-output"))
+                continue
+            if isinstance(descriptor, TensorRef):
+                spec = definition.outputs[name] if definition else None
+                axes = dict(row[2]["workload"]["axes"])
+                uses.append(_Use(receipt.source, receipt.line, pointer, descriptor,
+                                 spec.torch_dtype if spec else None,
+                                 definition.shape_of(name, axes) if definition else None,
+                                 f"output {name!r} of {receipt.definition!r}"))
+    problems += ds.problems
+
+    _check_blobs(ds, uses, report, deep=deep, jobs=jobs)
+
+    if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
+        from ikdata.manifest import check_manifest
+
+        problems += check_manifest(ds)
+    return report
+
+
+def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
+               problems: list[Problem], uses: list[_Use]) -> None:
+    workload = record["workload"]
+    axes = workload["axes"]
+    inputs = workload["inputs"]
+    for name in definition.inputs:
+        if name not in inputs:
+            problems.append(Problem(display, f"input {name!r} is missing; {definition.name!r} needs "
+                                    f"{list(definition.inputs)}", line, "/workload/inputs", "missing-input"))
+    for name in inputs:
+        if name not in definition.inputs:
+            problems.append(Problem(display, f"input {name!r} is not an input of {definition.name!r}; expected "
+                                    f"{list(definition.inputs)}", line, f"/workload/inputs/{name}", "unknown-input"))
+    for axis in definition.var_axes:
+        if axis not in axes:
+            problems.append(Problem(display, f"var axis {axis!r} has no value; expected an integer",
+                                    line, "/workload/axes", "missing-axis"))
+    for axis in axes:
+        if axis not in definition.axes or definition.axes[axis].kind != "var":
+            problems.append(Problem(display, f"axis {axis!r} is not a var axis of {definition.name!r}; expected "
+                                    f"{definition.var_axes}", line, f"/workload/axes/{axis}", "unknown-axis"))
+    for name, raw in inputs.items():
+        spec = definition.inputs.get(name)
+        if spec is None:
+            continue
+        pointer = f"/workload/inputs/{name}"
+        kind = raw["type"]
+        if kind == "random":
+            if ds.is_captured:
+                problems.append(Problem(display, "a 'random' input in a captured dataset; expected the captured "
+                                        "tensor as a safetensors descriptor", line, pointer, "random-input"))
+            continue
+        if kind == "scalar":
+            if spec.shape is not None:
+                problems.append(Problem(display, f"input {name!r} is a scalar, expected a {spec.dtype} tensor of "
+                                        f"shape {list(spec.shape)}", line, pointer, "scalar-mismatch"))
+            continue
+        if spec.shape is None:
+            problems.append(Problem(display, f"input {name!r} is a tensor, expected a Python scalar",
+                                    line, pointer, "scalar-mismatch"))
+            continue
+        uses.append(_Use(display, line, pointer, TensorRef(raw["path"], raw["tensor_key"]), spec.torch_dtype,
+                         definition.shape_of(name, axes), f"input {name!r} of {definition.name!r}"))
+
+
+def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, deep: bool,
+                 jobs: int | None) -> None:
+    problems = report.problems
+    files: dict[str, Path | None] = {}
+    for use in uses:
+        if use.ref.path in files:
+            continue
+        try:
+            files[use.ref.path] = ds.resolve(use.ref.path)
+        except RecordError as exc:
+            files[use.ref.path] = None
+            problems.append(Problem(use.where, str(exc).lstrip(": "), use.line, use.pointer + "/path", "unsafe-path"))
+    readable = {rel: path for rel, path in files.items() if path is not None and path.is_file()}
+    entries: dict[str, list[TensorEntry] | str] = {}
+    if deep:
+        paths = sorted(set(readable) | {rel for rel, _ in ds.store.iter_blobs()})
+        for rel, check in zip(paths, rehash_files([ds.root / p for p in paths], jobs=jobs)):
+            report.blobs_rehashed += 1
+            if check.error:
+                entries[rel] = check.error
+                continue
+            entries[rel] = list(check.entries)
+            expected = digest_from_path(rel)
+            if expected and len(check.digests) == 1 and check.digests[0] != expected:
+                problems.append(Problem(rel, f"content digest is {check.digests[0]}, but the file is named by "
+                                        f"{expected}: the blob is corrupt; restore it from its source",
+                                        code="digest-mismatch"))
+    else:
+        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+            for rel, found in zip(readable, pool.map(_entries_or_error, readable.values())):
+                entries[rel] = found
+    report.blobs_checked = len(readable)
+    reported_files: set[str] = set()
+    for use in uses:
+        path = files.get(use.ref.path)
+        if path is None:
+            continue
+        found = entries.get(use.ref.path)
+        if found is None:
+            problems.append(Problem(use.where, f"blob {use.ref.path} does not exist; {use.context} needs it",
+                                    use.line, use.pointer + "/path", "missing-blob"))
+            continue
+        if isinstance(found, str):
+            if use.ref.path not in reported_files:
+                reported_files.add(use.ref.path)
+                problems.append(Problem(use.ref.path, f"unreadable safetensors file: {found}", code="bad-blob"))
+            problems.append(Problem(use.where, f"blob {use.ref.path} is unreadable ({use.context})",
+                                    use.line, use.pointer + "/path", "bad-blob"))
+            continue
+        entry = next((e for e in found if e.key == use.ref.tensor_key), None)
+        if entry is None:
+            problems.append(Problem(use.where, f"blob {use.ref.path} has no tensor {use.ref.tensor_key!r}; it holds "
+                                    f"{[e.key for e in found]}", use.line, use.pointer + "/tensor_key", "missing-key"))
+            continue
+        if use.dtype and entry.dtype != use.dtype:
+            problems.append(Problem(use.where, f"blob {use.ref.path} holds {entry.dtype}, expected {use.dtype} "
+                                    f"({use.context})", use.line, use.pointer, "dtype-mismatch"))
+        if use.shape is not None and tuple(entry.shape) != tuple(use.shape):
+            problems.append(Problem(use.where, f"blob {use.ref.path} has shape {list(entry.shape)}, expected "
+                                    f"{list(use.shape)} ({use.context})", use.line, use.pointer, "shape-mismatch"))
+
+
+def _entries_or_error(path: Path) -> list[TensorEntry] | str:
+    try:
+        return read_entries(path)
+    except StoreError as exc:
+        return str(exc).split(": ", 1)[-1]
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
