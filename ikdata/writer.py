@@ -145,6 +145,13 @@ class DatasetWriter:
             jsonl.append(self.root / workloads_relpath(definition.name, definition.op_type), [row.to_dict()])
         return AddResult(row, receipt, new_bytes)
 
+    def commit(self, *, parent: Mapping[str, Any] | None = None) -> str:
+        """Bring the manifest up to date under the exclusive dataset lock; return the dataset id."""
+        from ikdata import manifest
+
+        with dataset_lock(self.root, exclusive=True):
+            return manifest.write(self.root, parent=dict(parent) if parent else None)
+
 
 def _dtype_name(value: Any) -> str:
     if type(value).__module__ == "numpy":
