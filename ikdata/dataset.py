@@ -196,6 +196,37 @@ class Dataset:
             raise RecordError(reason, path=where or None)
         return target
 
+    def resolve_all(self, relatives: Iterable[str]) -> dict[str, Path | RecordError]:
+        """``resolve`` for many descriptor paths at once: path -> absolute path, or the RecordError.
+
+        The real path of each folder is computed once, so checking 100,000 blobs
+        costs one ``lstat`` per file instead of one per path component.
+        """
+        real_root = os.path.realpath(self.root)
+        inside = real_root.rstrip(os.sep) + os.sep
+        real_dirs: dict[str, str] = {}
+        resolved: dict[str, Path | RecordError] = {}
+        for relative in relatives:
+            if relative in resolved:
+                continue
+            reason = check_relative(relative)
+            target = self.root / relative
+            if reason is None:
+                parent, _, name = relative.rpartition("/")
+                if name in ("", "."):
+                    real = os.path.realpath(target)
+                else:
+                    real_parent = real_dirs.get(parent)
+                    if real_parent is None:
+                        real_parent = real_dirs[parent] = os.path.realpath(self.root / parent)
+                    real = os.path.join(real_parent, name)
+                    if os.path.islink(real):
+                        real = os.path.realpath(real)
+                if real != real_root and not real.startswith(inside):
+                    reason = f"path {relative!r} is a link that leaves the dataset (to {real})"
+            resolved[relative] = RecordError(reason) if reason else target
+        return resolved
+
     def load_input(self, descriptor: Any, *, device: str = "cpu") -> Any:
         """The value of one descriptor: a Python scalar or a torch tensor on ``device``."""
         if isinstance(descriptor, Scalar):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from ikdata.dataset import Dataset
+from ikdata.errors import IkdataError
 
 
 @dataclass
@@ -35,49 +38,75 @@ class Stats:
 
 
 def compute(ds: Dataset) -> Stats:
-    """Stats from one pass over the rows and receipts and a directory scan of the blobs."""
+    """Stats from one pass over the rows and receipts and a directory scan of the blobs.
+
+    The scan runs on a second thread: it mostly waits on ``stat`` while the rows parse.
+    """
     stats = Stats(ds.layout, definitions=len(ds.definitions))
-    sizes: dict[str, int] = {}
-    for rel, size in ds.store.iter_blobs():
-        sizes[rel] = size
+    paths: list[str] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        scan = pool.submit(lambda: dict(ds.store.iter_blobs()))
+        _count_records(ds, stats, paths)
+        sizes: dict[str, int] = scan.result()
     stats.unique_blobs = len(sizes)
     stats.stored_bytes = sum(sizes.values())
-    per = stats.workloads_per_definition
     referenced = 0
-    for path in ds.workload_files():
-        for _, record in ds.read_workload_file(path):
-            stats.workloads += 1
-            name = record.get("definition")
-            per[name] = per.get(name, 0) + 1
-            for descriptor in record["workload"]["inputs"].values():
-                referenced += _size(ds, descriptor, sizes)
-    for path in ds.receipt_files():
-        from ikdata import jsonl
-
-        content = jsonl.read(path, display=ds.rel(path))
-        ds.problems += content.problems
-        for _, record in content.records:
-            stats.receipts += 1
-            expected = record.get("expected_output") or {}
-            for descriptor in ([expected] if "type" in expected else expected.values()):
-                referenced += _size(ds, descriptor, sizes)
-    if ds.layout == "flashinfer":  # blobs live beside workloads, not under blob/sha256
-        stats.stored_bytes = sum(sizes.values())
-        stats.unique_blobs = len(sizes)
+    uses = Counter(p for p in paths if isinstance(p, str))
+    for where, count in uses.items():
+        referenced += count * _size(ds, {"type": "safetensors", "path": where}, sizes)
     stats.referenced_bytes = referenced
     stats.problems = len(ds.problems)
     return stats
+
+
+def _count_records(ds: Dataset, stats: Stats, paths: list[str]) -> None:
+    """Count rows per definition and receipts; collect every blob path used, once per use."""
+    from ikdata import jsonl
+
+    names: list[str] = []
+    add_name, add_path = names.append, paths.append
+    for path in ds.workload_files():
+        for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path)):
+            try:
+                inputs = record["workload"]["inputs"].values()
+                add_name(record["definition"])
+            except (KeyError, TypeError, AttributeError):
+                continue  # not a row: validate reports it
+            for descriptor in inputs:
+                try:
+                    if descriptor["type"] == "safetensors":
+                        add_path(descriptor["path"])
+                except (KeyError, TypeError):
+                    continue
+    stats.workloads = len(names)
+    stats.workloads_per_definition.update(Counter(n if isinstance(n, str) else repr(n) for n in names))
+    for path in ds.receipt_files():
+        for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path)):
+            stats.receipts += 1
+            try:
+                expected = record["expected_output"]
+                descriptors = (expected,) if "type" in expected else expected.values()
+            except (KeyError, TypeError, AttributeError):
+                continue
+            for descriptor in descriptors:
+                try:
+                    if descriptor["type"] == "safetensors":
+                        add_path(descriptor["path"])
+                except (KeyError, TypeError):
+                    continue
 
 
 def _size(ds: Dataset, descriptor: dict, sizes: dict[str, int]) -> int:
     if descriptor.get("type") != "safetensors":
         return 0
     path = descriptor["path"]
+    if not isinstance(path, str):
+        return 0
     size = sizes.get(path)
     if size is None:
         try:
-            size = os.stat(ds.root / path).st_size
-        except OSError:
-            size = 0
+            size = os.stat(ds.resolve(path)).st_size
+        except (OSError, IkdataError):
+            size = 0  # missing or unsafe: validate reports it
         sizes[path] = size
     return size

@@ -9,10 +9,12 @@ memory-mapped) without torch.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import re
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,8 @@ from typing import Any, Iterable, Iterator
 from ikdata.digest import tensor_digest, tensor_prefix
 from ikdata.errors import BlobCorrupted, BlobNotFound, StoreError
 from ikdata.records import TensorRef
-from ikdata.safetensors_format import (BLOB_KEY, DTYPES, FormatError, TensorEntry, encode_header,
-                                       parse_header)
+from ikdata.safetensors_format import (BLOB_KEY, DTYPES, MAX_HEADER_BYTES, FormatError, TensorEntry,
+                                       encode_header, parse_header)
 
 BLOB_DIR = "blob"
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -88,8 +90,9 @@ def raw_tensor(value: Any) -> RawTensor:
         dtype = _NUMPY_TO_TORCH.get(value.dtype.name)
         if dtype is None:
             raise StoreError(f"numpy dtype {value.dtype} cannot be stored; use one of {sorted(_NUMPY_TO_TORCH)}")
+        shape = tuple(value.shape)  # np.ascontiguousarray turns a 0-d array into shape (1,)
         array = np.ascontiguousarray(value)
-        return RawTensor(dtype, tuple(array.shape), memoryview(array.reshape(-1).view(np.uint8)))
+        return RawTensor(dtype, shape, memoryview(array.reshape(-1).view(np.uint8)))
     raise StoreError(f"cannot store a {type(value).__name__}; pass a torch tensor or a numpy array")
 
 
@@ -195,18 +198,18 @@ class BlobStore:
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         """Every stored blob as (relative path, size), from a directory scan (no reads)."""
-        top = self.root / BLOB_DIR
-        if not top.is_dir():
+        top = os.path.join(self.root, BLOB_DIR)
+        if not os.path.isdir(top):
             return
-        stack = [top]
+        stack = [(top, BLOB_DIR + "/")]
         while stack:
-            with os.scandir(stack.pop()) as entries:
+            folder, relative = stack.pop()
+            with os.scandir(folder) as entries:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
+                        stack.append((entry.path, relative + entry.name + "/"))
                     elif entry.name.endswith(".safetensors") and not entry.name.startswith(".tmp-"):
-                        yield (os.path.relpath(entry.path, self.root).replace(os.sep, "/"),
-                               entry.stat(follow_symlinks=False).st_size)
+                        yield relative + entry.name, entry.stat(follow_symlinks=False).st_size
 
 
 def read_entries(path: str | os.PathLike) -> list[TensorEntry]:
@@ -243,39 +246,94 @@ class BlobCheck:
 
 
 def rehash_file(path: str | os.PathLike) -> BlobCheck:
-    """Re-derive the digest of every tensor in a safetensors file from its bytes."""
+    """Re-derive the digest of every tensor in a safetensors file from its bytes.
+
+    Small files are read with one ``os.readv`` into a per-thread buffer, large ones
+    memory-mapped; headers seen before (every blob of one dtype and shape has the same
+    canonical header) are not parsed again. hashlib releases the GIL while it hashes,
+    so several threads keep several cores busy.
+    """
     try:
-        with open(path, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            if size <= _MMAP_FROM:
-                whole = stream.read()
-                entries = _parse(stream, whole, size)
-                view = memoryview(whole)
-            else:
-                entries = _parse(stream, stream.read(_HEADER_READ), size)
-                mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-                view = memoryview(mapped)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        return BlobCheck(str(path), error=f"cannot read: {exc.strerror or exc}")
+    try:
+        size = os.fstat(fd).st_size
+        if size <= _MMAP_FROM:
+            view = memoryview(_thread_buffer())
+            got = os.readv(fd, [view[:size]])
+            while got < size:  # a short read: keep going until the file's end
+                n = os.readv(fd, [view[got:size]])
+                if n == 0:
+                    break
+                got += n
+            entries, prefixes = _cached_entries(view, got)
+            digests = []
+            for entry, prefix in zip(entries, prefixes):
+                h = hashlib.sha256(prefix)
+                h.update(view[entry.start:entry.end])
+                digests.append(h.hexdigest())
+            view.release()
+            return BlobCheck(str(path), tuple(entries), tuple(digests))
+        with open(fd, "rb", closefd=False) as stream:
+            entries = _parse(stream, stream.read(_HEADER_READ), size)
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
             try:
                 digests = tuple(tensor_digest(e.dtype, e.shape, view[e.start:e.end]) for e in entries)
             finally:
                 view.release()
-                if size > _MMAP_FROM:
-                    mapped.close()
         return BlobCheck(str(path), tuple(entries), digests)
     except FormatError as exc:
         return BlobCheck(str(path), error=str(exc))
     except OSError as exc:
         return BlobCheck(str(path), error=f"cannot read: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+_local = threading.local()
+_HEADERS: dict[tuple[bytes, int], tuple[list[TensorEntry], list[bytes]]] = {}
+
+
+def _thread_buffer() -> bytearray:
+    buffer = getattr(_local, "buffer", None)
+    if buffer is None:
+        buffer = _local.buffer = bytearray(_MMAP_FROM)
+    return buffer
+
+
+def _cached_entries(view: memoryview, size: int) -> tuple[list[TensorEntry], list[bytes]]:
+    """Entries and digest prefixes of a file held whole in ``view[:size]``, cached by header and size."""
+    length = int.from_bytes(view[:8], "little") if size >= 8 else -1
+    if 0 <= length <= MAX_HEADER_BYTES and 8 + length <= size:
+        key = (bytes(view[8:8 + length]), size)
+        found = _HEADERS.get(key)
+        if found is None:
+            entries = parse_header(bytes(view[:8 + length]), size)
+            found = (entries, [tensor_prefix(e.dtype, e.shape) for e in entries])
+            if len(_HEADERS) < 4096:
+                _HEADERS[key] = found
+        return found
+    entries = parse_header(bytes(view[:min(size, _HEADER_READ)]), size)  # raises the precise FormatError
+    return entries, [tensor_prefix(e.dtype, e.shape) for e in entries]
 
 
 def rehash_files(paths: Iterable[str | os.PathLike], *, jobs: int | None = None) -> Iterator[BlobCheck]:
-    """Rehash many files on ``jobs`` threads (hashlib releases the GIL), in input order."""
+    """Rehash many files on ``jobs`` threads (hashlib releases the GIL), in input order.
+
+    Paths go to the threads in batches, so per-file scheduling costs little.
+    """
     jobs = jobs or os.cpu_count() or 1
     if jobs == 1:
         yield from map(rehash_file, paths)
         return
+    paths = list(paths)
+    batch = max(1, min(256, len(paths) // (jobs * 8) or 1))
+    batches = [paths[i:i + batch] for i in range(0, len(paths), batch)]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        yield from pool.map(rehash_file, paths, chunksize=64)
+        for checks in pool.map(lambda group: [rehash_file(p) for p in group], batches):
+            yield from checks
 
 
 __all__ = ["BlobStore", "PutResult", "RawTensor", "raw_tensor", "blob_path", "digest_from_path",

@@ -7,13 +7,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
 
 from ikdata.dataset import Dataset
 from ikdata.definitions import Definition
 from ikdata.errors import RecordError, StoreError
 from ikdata.problems import Problem
-from ikdata.records import RandomInput, Scalar, TensorRef
+from ikdata.records import TensorRef
 from ikdata.safetensors_format import TensorEntry
 from ikdata.store import digest_from_path, read_entries, rehash_files
 
@@ -73,6 +72,7 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> Val
     report.definitions = len(definitions)
     uses: list[_Use] = []
     rows_by_uuid: dict[str, tuple[str, int, dict]] = {}
+    randoms: list[tuple[str, str, Problem]] = []  # (uuid, input, problem) unless its receipt declares it
 
     for path in ds.workload_files():
         display = ds.rel(path)
@@ -92,10 +92,13 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> Val
                                         f"definitions/**/*.json or a folder passed with --definitions",
                                         line, "/definition", "unknown-definition"))
                 continue
-            _check_row(ds, definition, record, display, line, problems, uses)
+            _check_row(ds, definition, record, display, line, problems, uses, randoms)
 
+    declared: dict[str, list[str]] = {}
     for receipt in ds.receipts(validate=True):
         report.receipts += 1
+        if not receipt.expected_output and isinstance(receipt.provenance.get("random_inputs"), list):
+            declared[receipt.uuid] = receipt.provenance["random_inputs"]  # imported with --keep-random
         row = rows_by_uuid.get(receipt.uuid)
         if row is None:
             problems.append(Problem(receipt.source, f"receipt names workload {receipt.uuid}, which no workload "
@@ -119,6 +122,7 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> Val
                                  spec.torch_dtype if spec else None,
                                  definition.shape_of(name, axes) if definition else None,
                                  f"output {name!r} of {receipt.definition!r}"))
+    problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += ds.problems
 
     _check_blobs(ds, uses, report, deep=deep, jobs=jobs)
@@ -131,7 +135,7 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> Val
 
 
 def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
-               problems: list[Problem], uses: list[_Use]) -> None:
+               problems: list[Problem], uses: list[_Use], randoms: list[tuple[str, str, Problem]]) -> None:
     workload = record["workload"]
     axes = workload["axes"]
     inputs = workload["inputs"]
@@ -159,8 +163,9 @@ def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, 
         kind = raw["type"]
         if kind == "random":
             if ds.is_captured:
-                problems.append(Problem(display, "a 'random' input in a captured dataset; expected the captured "
-                                        "tensor as a safetensors descriptor", line, pointer, "random-input"))
+                randoms.append((workload["uuid"], name, Problem(
+                    display, "a 'random' input in a captured dataset; expected the captured tensor as a "
+                    "safetensors descriptor", line, pointer, "random-input")))
             continue
         if kind == "scalar":
             if spec.shape is not None:
@@ -179,19 +184,27 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                  jobs: int | None) -> None:
     problems = report.problems
     files: dict[str, Path | None] = {}
+    resolved = ds.resolve_all(use.ref.path for use in uses)
     for use in uses:
-        if use.ref.path in files:
-            continue
-        try:
-            files[use.ref.path] = ds.resolve(use.ref.path)
-        except RecordError as exc:
+        found = resolved[use.ref.path]
+        if isinstance(found, RecordError):
             files[use.ref.path] = None
-            problems.append(Problem(use.where, str(exc).lstrip(": "), use.line, use.pointer + "/path", "unsafe-path"))
-    readable = {rel: path for rel, path in files.items() if path is not None and path.is_file()}
+            problems.append(Problem(use.where, str(found).lstrip(": "), use.line, use.pointer + "/path",
+                                    "unsafe-path"))
+        else:
+            files[use.ref.path] = found
+    stored = dict(ds.store.iter_blobs())  # one directory scan instead of a stat per descriptor
+    readable = {rel: path for rel, path in files.items()
+                if path is not None and (rel in stored or path.is_file())}
     entries: dict[str, list[TensorEntry] | str] = {}
     if deep:
-        paths = sorted(set(readable) | {rel for rel, _ in ds.store.iter_blobs()})
-        for rel, check in zip(paths, rehash_files([ds.root / p for p in paths], jobs=jobs)):
+        unreferenced = ds.resolve_all(rel for rel in stored if rel not in files)
+        for rel, found in unreferenced.items():
+            if isinstance(found, RecordError):
+                problems.append(Problem(rel, str(found).lstrip(": ") + "; not rehashed", code="unsafe-path"))
+        paths = sorted(set(readable) | {rel for rel, found in unreferenced.items() if isinstance(found, Path)})
+        root = str(ds.root)
+        for rel, check in zip(paths, rehash_files([os.path.join(root, p) for p in paths], jobs=jobs)):
             report.blobs_rehashed += 1
             if check.error:
                 entries[rel] = check.error
@@ -203,9 +216,13 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                                         f"{expected}: the blob is corrupt; restore it from its source",
                                         code="digest-mismatch"))
     else:
-        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            for rel, found in zip(readable, pool.map(_entries_or_error, readable.values())):
-                entries[rel] = found
+        workers = jobs or os.cpu_count() or 1
+        paths = list(readable.values())
+        batch = max(1, min(256, len(paths) // (workers * 8) or 1))
+        batches = [paths[i:i + batch] for i in range(0, len(paths), batch)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            found = [f for group in pool.map(lambda g: [_entries_or_error(p) for p in g], batches) for f in group]
+        entries.update(zip(readable, found))
     report.blobs_checked = len(readable)
     reported_files: set[str] = set()
     for use in uses:

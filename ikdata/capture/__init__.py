@@ -1,0 +1,26 @@
+"""Capture real operator inputs and outputs from a running program into an ikdata dataset.
+
+Usually driven by ``ikdata capture --into DIR -- CMD``, which sets ``IKDATA_CAPTURE``
+for CMD and every Python process it starts. Inside the program:
+
+    >>> import ikdata.capture
+    >>> with ikdata.capture.request("req-1", steps=[0, 1]):
+    ...     model.generate(ids, max_new_tokens=4)
+    >>> ikdata.capture.flush()
+
+Modules: ``config`` (settings passed to children), ``context`` (request and step),
+``selection`` (once per key, caps), ``writer`` (background writer), ``hooks``
+(the Capturer), ``adapters`` (built-in torch adapters), ``templates`` (shipped
+definition templates and :func:`trusted_instances`), ``boot`` (per-process boot),
+``runner`` (run a command with capture on).
+"""
+
+from __future__ import annotations
+
+from ikdata.capture.boot import current, flush, install, uninstall
+from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
+from ikdata.capture.context import request, step, write_request_file
+from ikdata.capture.templates import instantiate, load_templates, trusted_instances
+
+__all__ = ["CaptureConfig", "current", "flush", "install", "instantiate", "load_templates", "parse_size",
+           "parse_steps", "request", "step", "trusted_instances", "uninstall", "write_request_file"]

@@ -23,9 +23,12 @@ class _Group(TyperGroup):
         except IkdataError as exc:
             if os.environ.get("IKDATA_DEBUG"):
                 raise
+            from rich.markup import escape
+
             from ikdata.cli._output import err_console
 
-            err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            # escape: messages quote user text and placeholders such as "[/PREFIX]", never markup
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
             raise typer.Exit(exc.exit_code) from None
 
 

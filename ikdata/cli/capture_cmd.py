@@ -1,1 +1,76 @@
-"""Commands of this feature register on ikdata.cli.app here."""
+"""Commands of this feature register on ikdata.cli.app here: ``ikdata capture``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ikdata.cli import _output as out
+from ikdata.cli import app
+
+CAPTURE_EXAMPLES = """Examples:
+
+  ikdata capture --into runs/minilm -- python tools/examples/minilm_embed.py
+
+  ikdata capture --into runs/llama --only gemm,attention --steps 0,1 --max-bytes 256MB -- python gen.py
+
+  ikdata capture --into runs/srv --request-file /tmp/req.json --step-module Qwen3ForCausalLM \\
+      -- python -m sglang.launch_server --disable-cuda-graph ...
+"""
+
+
+def _split(values: Optional[list[str]]) -> tuple[str, ...]:
+    return tuple(n.strip() for v in values or () for n in v.split(",") if n.strip())
+
+
+@app.command("capture", epilog=CAPTURE_EXAMPLES,
+             context_settings={"allow_interspersed_args": False})
+def capture(
+    command: Annotated[list[str], typer.Argument(help="The command to run, after '--'.", show_default=False)],
+    into: Annotated[Path, typer.Option("--into", help="Dataset folder to write (created if missing).")],
+    definitions: Annotated[Optional[list[Path]], typer.Option(
+        "--definitions", help="Folder of exact definitions to capture by name (repeatable).")] = None,
+    only: Annotated[Optional[list[str]], typer.Option(
+        "--only", help="Capture only these op types, templates or definitions (comma-separated).")] = None,
+    steps: Annotated[Optional[str], typer.Option("--steps", help="Steps to capture, e.g. 0,4,7 or 0-3.")] = None,
+    step_module: Annotated[Optional[str], typer.Option(
+        "--step-module", help="Class name of the module whose forward calls count steps (default: any outermost module).")] = None,
+    max_per_definition: Annotated[Optional[int], typer.Option(
+        "--max-per-definition", help="At most N workloads per definition.")] = None,
+    max_bytes: Annotated[Optional[str], typer.Option(
+        "--max-bytes", help="Stop after copying this much, e.g. 64MB or 1GiB.")] = None,
+    request_file: Annotated[Optional[Path], typer.Option(
+        "--request-file", help="JSON file naming the current request, replaced atomically by a driver.")] = None,
+    adapter: Annotated[Optional[list[str]], typer.Option(
+        "--adapter", help="Module path of an adapter of yours, with install(api) (repeatable).")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="Engine name for the receipts.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Model name for the receipts.")] = None,
+    model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="Model revision.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="A failing hook raises in the program (for tests).")] = False,
+) -> None:
+    """Run CMD with capture on in it and every Python process it starts; commit and summarise."""
+    from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
+    from ikdata.capture.runner import run_capture
+
+    provenance = {k: v for k, v in (("engine", engine), ("model", model), ("model_revision", model_revision)) if v}
+    config = CaptureConfig(
+        into=str(into), definitions=tuple(str(d) for d in definitions or ()), only=_split(only),
+        steps=parse_steps(steps) if steps is not None else None, step_module=step_module,
+        max_per_definition=max_per_definition, max_bytes=parse_size(max_bytes) if max_bytes is not None else None,
+        request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
+        provenance=provenance)
+    result = run_capture(config, command)
+    out.table(f"captured into {into}", ["definition", "workloads"], sorted(result.counts.items()))
+    for failure in result.failures:
+        out.err_console.print(f"failed in process {failure['pid']}: {failure['definition']}: {failure['message']}",
+                              markup=False)
+    if result.refused:
+        out.info("not captured (caps reached): " + ", ".join(f"{k}: {v}" for k, v in sorted(result.refused.items())))
+    total = sum(result.counts.values())
+    out.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
+             f"Check it with: ikdata validate --deep {into}")
+    if result.returncode != 0:
+        out.err_console.print(f"the command exited with status {result.returncode}", markup=False)
+    raise typer.Exit(result.returncode if result.returncode >= 0 else 128 - result.returncode)

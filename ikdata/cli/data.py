@@ -21,8 +21,22 @@ Examples:
 """
 
 
-def _open(path: Path, definitions: list[Path] | None) -> Dataset:
-    return Dataset.open(path, definitions=definitions or ())
+DatasetOrUrlArg = Annotated[str, typer.Argument(
+    help="Dataset folder, or a remote URL (s3://, hf://, file://, memory://) read without pulling it.",
+    show_default=False)]
+
+
+def _open(path: Path | str, definitions: list[Path] | None, *, ctx: typer.Context | None = None,
+          blobs: str = "none") -> Dataset:
+    """A local dataset, or (given the command's ``ctx``) a remote one read through a temporary verified
+    copy that is removed when the command ends."""
+    from ikdata.remote.url import is_url
+
+    if ctx is not None and is_url(str(path)):
+        from ikdata.remote.readonly import open_url
+
+        return ctx.with_resource(open_url(str(path), blobs=blobs, definitions=definitions or ()))
+    return Dataset.open(Path(path), definitions=definitions or ())
 
 
 @app.command()
@@ -36,13 +50,13 @@ def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dat
 
 
 @app.command(epilog=VALIDATE_EXAMPLES)
-def validate(path: DatasetArg, deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
+def validate(ctx: typer.Context, path: DatasetOrUrlArg, deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
              definitions: DefinitionsOpt = None, json_: JsonOpt = False,
              jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None) -> None:
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
     from ikdata.validate import validate as run_validate
 
-    report = run_validate(_open(path, definitions), deep=deep, jobs=jobs)
+    report = run_validate(_open(path, definitions, ctx=ctx, blobs="full" if deep else "headers"), deep=deep, jobs=jobs)
     if json_:
         out.emit_json(report.to_dict())
     else:
@@ -55,11 +69,11 @@ def validate(path: DatasetArg, deep: Annotated[bool, typer.Option("--deep", help
 
 
 @app.command("ls")
-def list_workloads(path: DatasetArg, definition: Annotated[Optional[str], typer.Option(
+def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annotated[Optional[str], typer.Option(
         "--definition", help="Only this definition's workloads.")] = None,
         definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
     """List workloads: uuid, definition, axes."""
-    ds = _open(path, definitions)
+    ds = _open(path, definitions, ctx=ctx)
     rows = list(ds.workloads(definition))
     if json_:
         out.emit_json([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source}
@@ -91,11 +105,11 @@ def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uu
 
 
 @app.command()
-def stats(path: DatasetArg, definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
     """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio."""
     from ikdata.stats import compute
 
-    ds = _open(path, definitions)
+    ds = _open(path, definitions, ctx=ctx, blobs="sizes")
     result = compute(ds)
     if json_:
         out.emit_json(result.to_dict())

@@ -1,1 +1,146 @@
-"""Commands of this feature register on ikdata.cli.app here."""
+"""Commands that combine and trace datasets: import, lineage, diff, gc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ikdata.cli import _output as out
+from ikdata.cli import app
+from ikdata.cli._options import DatasetArg, DefinitionsOpt, JsonOpt
+
+IMPORT_EXAMPLES = """
+Examples:
+  ikdata import runs/host-a shared/gemm
+  ikdata import runs/host-b shared/gemm --only-passed --dry-run
+  ikdata import seed-capture shared/qwen --definitions seed/definitions
+  ikdata import flashinfer-trace shared/fi --keep-random --json
+"""
+
+
+@app.command("import", epilog=IMPORT_EXAMPLES)
+def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to import (ikdata, seed or FlashInfer).")],
+            dst: Annotated[Path, typer.Argument(help="ikdata dataset to merge into (created if missing).")],
+            only_passed: Annotated[bool, typer.Option("--only-passed", help="Import the validated subset; "
+                                                      "list what is left out.")] = False,
+            dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would happen; write nothing.")] = False,
+            keep_random: Annotated[bool, typer.Option("--keep-random", help="Keep FlashInfer rows with random "
+                                                      "inputs (no expected output).")] = False,
+            definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+    """Merge a fully validated dataset into DST: all or nothing, each tensor stored once."""
+    from ikdata.merge import import_dataset
+
+    result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
+                            keep_random=keep_random)
+    if json_:
+        out.emit_json(result.to_dict())
+    else:
+        verb = "would add" if dry_run else "added"
+        out.info(f"{src} -> {dst}: {verb} {len(result.added)} workload(s), skipped {len(result.skipped)} already "
+                 f"present, left out {len(result.left_out)}; blobs: {result.blobs_linked} linked, "
+                 f"{result.blobs_copied} copied, {result.blobs_present} already present "
+                 f"({out.human_bytes(result.bytes_in)} in)")
+        for left in result.left_out:
+            out.info(f"  left out {left.uuid} ({left.definition}): {left.reason}")
+        for refused in result.refused:
+            out.info(f"  refused {refused.uuid} ({refused.definition}): {refused.reason}")
+        for conflict in result.conflicts:
+            out.info(f"  conflict: {conflict}")
+        if result.dataset_id:
+            out.info(f"{dst} is now {result.dataset_id[:12]} (parent {result.parent_id[:12]})")
+    if dry_run and (result.refused or result.conflicts):
+        raise typer.Exit(1)
+
+
+LINEAGE_EXAMPLES = """
+Examples:
+  ikdata lineage shared/gemm 3f2a9c
+  ikdata lineage shared/gemm 5d41402abc4b2a76b9719d911017c592... --json
+  ikdata lineage shared/gemm --dot | dot -Tsvg > lineage.svg
+"""
+
+
+@app.command(epilog=LINEAGE_EXAMPLES)
+def lineage(path: DatasetArg,
+            key: Annotated[Optional[str], typer.Argument(help="Workload uuid (or unique prefix), or a blob digest. "
+                                                         "Omit it for the dataset's parent graph.")] = None,
+            dot: Annotated[bool, typer.Option("--dot", help="Print the parent graph for Graphviz.")] = False,
+            json_: JsonOpt = False) -> None:
+    """Trace a workload to its capture, imports and validations; or show the parent graph."""
+    from ikdata.lineage import graph, trace
+
+    if key is None or dot:
+        found = graph(path)
+        if dot:
+            typer.echo(found.to_dot(), nl=False)
+        elif json_:
+            out.emit_json(found.to_dict())
+        else:
+            for node_id, node in found.nodes.items():
+                out.info(f"{node_id[:12]} {node.name}" + (f" ({node.path})" if node.path else ""))
+                for parent in node.parents:
+                    out.info(f"  <- {parent['id'][:12]} by {parent.get('how', '?')} at {_when(parent.get('at'))}"
+                             f" from {parent.get('source', '?')}")
+        return
+    chains = trace(path, key)
+    if json_:
+        out.emit_json([c.to_dict() for c in chains])
+        return
+    for chain in chains:
+        out.info(f"workload {chain.uuid} ({chain.definition}) at {chain.row}"
+                 + (f", uses the blob as {', '.join(chain.uses)}" if chain.uses else ""))
+        capture = chain.capture or {}
+        out.info("  captured: " + (", ".join(f"{k}={v}" for k, v in capture.items()) or "no receipt"))
+        for hop in chain.imports:
+            out.info(f"  imported: from {hop['from'][:12]} ({hop.get('source', '?')}) by {hop.get('how', 'import')} "
+                     f"at {_when(hop.get('at'))}")
+        for check in chain.validations:
+            metrics = check.get("metrics")
+            out.info(f"  validated: {check.get('status')} on {check.get('device', '?')} "
+                     f"(torch {check.get('torch', '?')}; {check['from']})" + (f" metrics {metrics}" if metrics else ""))
+
+
+def _when(at: object) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)) if isinstance(at, (int, float)) else "?"
+
+
+@app.command("diff")
+def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
+          b: Annotated[Path, typer.Argument(help="Dataset B (after).")], json_: JsonOpt = False) -> None:
+    """Show workloads added, removed and changed per definition, and definitions changed."""
+    from ikdata.diff import diff
+
+    changes = diff(a, b)
+    if json_:
+        out.emit_json(changes.to_dict())
+        return
+    if changes.is_empty:
+        out.info(f"{a} and {b} hold the same workloads and definitions")
+        return
+    out.table(f"workloads {a} -> {b}", ["definition", "added", "removed", "changed"],
+              [(name, len(c.added), len(c.removed), len(c.changed)) for name, c in sorted(changes.workloads.items())])
+    for label, names in (("added", changes.definitions_added), ("removed", changes.definitions_removed),
+                         ("changed", changes.definitions_changed)):
+        for name in names:
+            out.info(f"definition {label}: {name}")
+
+
+@app.command()
+def gc(path: DatasetArg,
+       dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")] = False,
+       grace: Annotated[float, typer.Option("--grace", help="Spare blobs younger than this many minutes.")] = 10.0,
+       json_: JsonOpt = False) -> None:
+    """Delete blobs that no workload or receipt references (holds the dataset lock)."""
+    from ikdata.gc import collect_garbage
+
+    result = collect_garbage(path, dry_run=dry_run, grace_minutes=grace)
+    if json_:
+        out.emit_json(result.to_dict())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    out.info(f"{path}: {verb} {len(result.deleted)} unreferenced blob(s), {out.human_bytes(result.bytes_freed)} "
+             f"freed; kept {result.kept}, spared {len(result.spared_young)} younger than {grace:g} min")

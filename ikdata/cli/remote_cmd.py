@@ -1,1 +1,127 @@
-"""Commands of this feature register on ikdata.cli.app here."""
+"""Sharing commands: push, pull, clone (thin layer over :mod:`ikdata.remote`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated, Callable, Iterator, Optional
+
+import typer
+
+from ikdata.cli import _output as out
+from ikdata.cli import app
+from ikdata.cli._options import JsonOpt
+
+UrlArg = Annotated[str, typer.Argument(help="Remote: a folder, file://, memory://, s3://bucket/prefix or "
+                                            "hf://datasets/org/name[@revision].", show_default=False)]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel transfers.")]
+EndpointOpt = Annotated[Optional[str], typer.Option(
+    "--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL) or Hub endpoint (default: HF_ENDPOINT).")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="AWS profile (default: AWS_PROFILE).")]
+RevisionOpt = Annotated[Optional[str], typer.Option("--revision", help="Hub branch or commit (or URL@REV).")]
+
+PUSH_EXAMPLES = """
+Examples:
+  ikdata push runs/gemm s3://team-bucket/datasets/gemm
+  ikdata push runs/gemm hf://datasets/acme/gemm-captures --jobs 16
+  ikdata push runs/gemm /mnt/shared/gemm --json
+"""
+PULL_EXAMPLES = """
+Examples:
+  ikdata pull s3://team-bucket/datasets/gemm shared/gemm
+  ikdata pull hf://datasets/acme/gemm-captures@main shared/gemm
+"""
+CLONE_EXAMPLES = """
+Examples:
+  ikdata clone s3://team-bucket/datasets/gemm gemm
+  ikdata clone hf://datasets/acme/gemm-captures gemm --endpoint-url http://localhost:8080
+"""
+
+
+def _options(endpoint_url: str | None, profile: str | None, revision: str | None):
+    from ikdata.remote.url import RemoteOptions
+
+    return RemoteOptions(endpoint_url=endpoint_url, profile=profile, revision=revision)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[Callable | None]:
+    """A rich progress bar of bytes and objects, driven by the library's callbacks."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   TextColumn("{task.fields[objects]}"), console=out.err_console, transient=True)
+    tasks: dict[str, int] = {}
+
+    def update(p) -> None:
+        if p.phase not in tasks:
+            tasks[p.phase] = bar.add_task(p.phase, total=p.bytes_total or None, objects="")
+        bar.update(tasks[p.phase], completed=p.bytes_done, total=p.bytes_total or None,
+                   objects=f"{p.objects_done}/{p.objects_total} objects")
+
+    with bar:
+        yield update
+
+
+@app.command(epilog=PUSH_EXAMPLES)
+def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_default=False)], url: UrlArg,
+         jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
+         revision: RevisionOpt = None) -> None:
+    """Publish a dataset: only the blobs the remote lacks, then the files, then the manifest (last, atomically)."""
+    from ikdata.remote import push as push_mod
+
+    with _progress(not json_) as progress:
+        result = push_mod.push(path, url, options=_options(endpoint_url, profile, revision), jobs=jobs,
+                               progress=progress)
+    if json_:
+        out.emit_json(result.to_dict())
+        return
+    if result.merged:
+        out.info(f"merged remote dataset(s) {', '.join(m[:12] for m in result.merged)} into {path} first")
+    verdict = "published" if result.published else "already up to date"
+    out.info(f"{url}: {verdict} (id {result.dataset_id[:12]}) — sent {result.blobs_sent} blobs "
+             f"({out.human_bytes(result.bytes_sent)}) and {result.files_sent} files; "
+             f"{result.blobs_present} blobs were already there")
+
+
+@app.command(epilog=PULL_EXAMPLES)
+def pull(url: UrlArg, path: Annotated[Path, typer.Argument(help="Dataset folder (created if new).",
+                                                           show_default=False)],
+         jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
+         revision: RevisionOpt = None) -> None:
+    """Fetch a remote dataset into PATH, verifying every blob; merges (import rules) when PATH has data."""
+    from ikdata.remote import pull as pull_mod
+
+    with _progress(not json_) as progress:
+        result = pull_mod.pull(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
+                               progress=progress)
+    _report(result, path, json_)
+
+
+@app.command(epilog=CLONE_EXAMPLES)
+def clone(url: UrlArg, path: Annotated[Path, typer.Argument(help="New dataset folder.", show_default=False)],
+          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
+          revision: RevisionOpt = None) -> None:
+    """Copy a remote dataset into a new folder, verifying every blob; the folder appears only when complete."""
+    from ikdata.remote import pull as pull_mod
+
+    with _progress(not json_) as progress:
+        result = pull_mod.clone(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
+                                progress=progress)
+    _report(result, path, json_)
+
+
+def _report(result, path: Path, json_: bool) -> None:
+    if json_:
+        out.emit_json(result.to_dict())
+        return
+    if result.how == "up-to-date":
+        out.info(f"{path}: already holds {result.remote_id[:12]}")
+        return
+    merged = f", {result.added} workloads merged" if result.how == "pull" else ""
+    out.info(f"{path}: {result.how} of {result.url} (id {result.dataset_id[:12]}) — fetched "
+             f"{result.blobs_fetched} blobs ({out.human_bytes(result.bytes_fetched)}), verified; "
+             f"{result.blobs_present} already present{merged}")

@@ -1,0 +1,227 @@
+"""The per-process boot: turn capture on in every Python process that starts with ``IKDATA_CAPTURE`` set.
+
+``ikdata_capture.pth`` (installed with the package) runs :func:`boot` at interpreter
+start only when the variable is set; otherwise it costs one ``os.environ`` lookup.
+:func:`boot` never imports torch: it waits for the program to import torch, then
+patches it before any other module can bind the original functions.
+
+Process life: capture flushes at normal exit (atexit), on SIGTERM (when the
+program has not installed its own handler), and in ``os._exit`` (how forked
+multiprocessing children leave). Before a fork the writer is drained, and the
+child starts with an empty writer of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from ikdata.capture.config import CaptureConfig
+
+_CAPTURER: Any = None
+_BOOTED = False
+_REAL_EXIT = os._exit
+_LOCK = threading.RLock()
+
+
+def boot() -> None:
+    """Called from the .pth file: enable capture if ``IKDATA_CAPTURE`` is set. Idempotent; never raises."""
+    global _BOOTED
+    if _BOOTED or not os.environ.get("IKDATA_CAPTURE"):
+        return
+    _BOOTED = True
+    try:
+        config = CaptureConfig.from_env()
+        if config is None:
+            return
+        if "torch" in sys.modules and hasattr(sys.modules["torch"], "nn"):
+            install(config)
+        else:
+            sys.meta_path.insert(0, _TorchWatcher(config))
+    except Exception as exc:  # noqa: BLE001  a broken capture set-up must not stop the program
+        if os.environ.get("IKDATA_CAPTURE_STRICT", "") not in ("", "0"):
+            raise
+        sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
+
+
+def current() -> Any:
+    """The Capturer of this process, or None when capture is off."""
+    return _CAPTURER
+
+
+def install(config: CaptureConfig) -> Any:
+    """Enable capture in this process now (imports torch). Returns the Capturer; idempotent.
+
+    Example:
+        >>> install(CaptureConfig(into="captures/run1", steps=(0,)))
+    """
+    global _CAPTURER
+    with _LOCK:
+        if _CAPTURER is not None:
+            return _CAPTURER
+        from ikdata.capture import adapters
+        from ikdata.capture.hooks import Capturer
+
+        capturer = Capturer(config)
+        adapters.install(capturer)
+        for path in config.adapters:
+            module = importlib.import_module(path)
+            module.install(capturer)
+        _install_module_hook(capturer)
+        _CAPTURER = capturer
+        _install_process_hooks()
+        return capturer
+
+
+def uninstall() -> None:
+    """Undo :func:`install` in this process (tests): flush, restore the patched functions."""
+    global _CAPTURER
+    with _LOCK:
+        capturer, _CAPTURER = _CAPTURER, None
+        if capturer is not None:
+            capturer.writer.flush()
+            capturer.uninstall()
+
+
+def flush() -> None:
+    """Write everything captured so far in this process (no-op when capture is off)."""
+    if _CAPTURER is not None:
+        _CAPTURER.flush()
+
+
+def _install_module_hook(capturer: Any) -> None:
+    """Track the module stack (module paths, step counting) and run module adapters."""
+    import torch
+
+    original = torch.nn.Module._call_impl
+    tracker = capturer.tracker
+
+    def call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
+        stack = tracker.stack()
+        tokens = tracker.begin_step() if tracker.is_step_module(module, stack) else None
+        stack.append(module)
+        try:
+            out = original(module, *args, **kwargs)
+        finally:
+            stack.pop()
+        try:
+            if capturer.enabled:
+                for handler, label in capturer.module_handlers_for(type(module)):
+                    stack.append(module)
+                    try:
+                        capturer._dispatch(lambda cap, *call: handler(cap, module, *call), label, (args, kwargs, out))
+                    finally:
+                        stack.pop()
+        finally:
+            if tokens is not None:
+                tracker.end_step(tokens)
+        return out
+
+    call_impl.__ikdata_original__ = original  # type: ignore[attr-defined]
+    torch.nn.Module._call_impl = call_impl
+    capturer._patches.append((torch.nn.Module, "_call_impl", original))
+
+
+_PROCESS_HOOKS = False
+
+
+def _install_process_hooks() -> None:
+    global _PROCESS_HOOKS
+    if _PROCESS_HOOKS:
+        return
+    _PROCESS_HOOKS = True
+    atexit.register(_shutdown)
+    os._exit = _exit_flushing  # type: ignore[assignment]
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous in (signal.SIG_DFL, None) or callable(previous):
+            signal.signal(signal.SIGTERM, _make_sigterm(previous))
+
+
+def _shutdown() -> None:
+    capturer = _CAPTURER
+    if capturer is not None:
+        try:
+            capturer.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            sys.stderr.write(f"ikdata capture: flushing at exit failed: {exc}\n")
+
+
+def _exit_flushing(code: int) -> None:
+    _shutdown()
+    _REAL_EXIT(code)
+
+
+def _make_sigterm(previous: Any) -> Any:
+    def on_sigterm(signum: int, frame: Any) -> None:
+        _shutdown()
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    return on_sigterm
+
+
+def _before_fork() -> None:
+    if _CAPTURER is not None:
+        _CAPTURER.writer.before_fork()
+
+
+def _after_fork_parent() -> None:
+    if _CAPTURER is not None:
+        _CAPTURER.writer.after_fork_in_parent()
+
+
+def _after_fork_child() -> None:
+    if _CAPTURER is not None:
+        _CAPTURER.after_fork_in_child()
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Installs capture right after ``import torch`` finishes, before the program uses it."""
+
+    def __init__(self, config: CaptureConfig) -> None:
+        self.config = config
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _InstallingLoader(spec.loader, self.config)
+        return spec
+
+
+class _InstallingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, config: CaptureConfig) -> None:
+        self._loader, self._config = loader, config
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        try:
+            install(self._config)
+        except Exception as exc:  # noqa: BLE001
+            if self._config.strict:
+                raise
+            sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+__all__ = ["boot", "install", "uninstall", "flush", "current"]

@@ -1,0 +1,182 @@
+"""Request and step context: which request is running, which step it is at, and which module is executing.
+
+Three ways to name the request, checked in this order:
+
+1. ``with ikdata.capture.request("req-1", steps=[0, 4]):`` in the program itself;
+2. a request file (``CaptureConfig.request_file``): JSON with ``request_id`` and
+   optionally ``capture_steps`` and provenance fields, replaced atomically by a
+   driver in another process; while it is absent nothing is captured;
+3. neither: the request id is None.
+
+Steps are counted per request by the forward calls of a named top-level module
+(``step_module``) or, without one, by every outermost module call. A step can
+also be set explicitly with ``with ikdata.capture.step(3):``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import orjson
+
+
+@dataclass(frozen=True)
+class Request:
+    """The request being served: its id, the steps to capture (None: all), and provenance to record."""
+
+    request_id: str | int | None
+    steps: tuple[int, ...] | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+_REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("ikdata_capture_request", default=None)
+_STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("ikdata_capture_step", default=None)
+_NO_REQUEST = Request(None)
+
+
+@contextlib.contextmanager
+def request(request_id: str | int, *, steps: list[int] | tuple[int, ...] | None = None,
+            **provenance: Any) -> Iterator[Request]:
+    """Run a block as one request: captures are tagged with its id, and its steps counted from 0.
+
+    Args:
+        request_id: the id recorded in every receipt.
+        steps: capture only these steps of the request (default: the run's ``--steps``).
+        **provenance: extra receipt fields, e.g. ``model="..."``.
+
+    Example:
+        >>> with ikdata.capture.request("req-7", steps=[0, 1]):
+        ...     model.generate(ids, max_new_tokens=8)
+    """
+    token = _REQUEST.set(Request(request_id, tuple(steps) if steps is not None else None, dict(provenance)))
+    try:
+        yield _REQUEST.get()  # type: ignore[misc]
+    finally:
+        _REQUEST.reset(token)
+
+
+@contextlib.contextmanager
+def step(index: int) -> Iterator[int]:
+    """Mark a block as step ``index`` of the current request (instead of counting module calls)."""
+    token = _STEP.set(index)
+    try:
+        yield index
+    finally:
+        _STEP.reset(token)
+
+
+class RequestFile:
+    """A request file read again only when it changed (inode, size or mtime)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple | None = None
+        self._request: Request | None = None
+
+    def current(self) -> Request | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._stamp, self._request = None, None
+            return None
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if stamp != self._stamp:
+            try:
+                data = orjson.loads(open(self.path, "rb").read())
+            except (OSError, ValueError):
+                return self._request  # a driver that does not replace atomically: keep the last good one
+            steps = data.pop("capture_steps", None)
+            self._request = Request(data.pop("request_id", None), tuple(steps) if steps is not None else None,
+                                    {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool))})
+            self._stamp = stamp
+        return self._request
+
+
+class StepTracker:
+    """The module stack of each thread, and the step counter of each request."""
+
+    def __init__(self, *, step_module: str | None, request_file: str | None) -> None:
+        self.step_module = step_module
+        self.request_file = RequestFile(request_file) if request_file else None
+        self._local = threading.local()
+        self._counters: dict[Any, int] = {}
+        self._lock = threading.Lock()
+
+    # -- the module stack -----------------------------------------------------------------------
+
+    def stack(self) -> list:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def is_step_module(self, module: Any, stack: list) -> bool:
+        if self.step_module is None:
+            return not stack
+        cls = type(module)
+        if cls.__name__ != self.step_module and f"{cls.__module__}.{cls.__qualname__}" != self.step_module:
+            return False
+        return not any(type(m) is cls for m in stack)  # a step module nested in itself is one step
+
+    def begin_step(self) -> tuple[contextvars.Token, contextvars.Token | None]:
+        """Called as a step module's forward starts: count the step of the current request."""
+        req = self.current_request()
+        key = req.request_id if req is not None else None
+        with self._lock:
+            index = self._counters.get(key, 0)
+            self._counters[key] = index + 1
+        token = _STEP.set(index)
+        file_token = _REQUEST.set(req) if req is not None and _REQUEST.get() is None else None
+        return token, file_token
+
+    @staticmethod
+    def end_step(tokens: tuple[contextvars.Token, contextvars.Token | None]) -> None:
+        if tokens[1] is not None:
+            _REQUEST.reset(tokens[1])
+        _STEP.reset(tokens[0])
+
+    # -- what the hooks ask ---------------------------------------------------------------------
+
+    def current_request(self) -> Request | None:
+        """The explicit request, else the request file's (None while it is absent), else no request."""
+        req = _REQUEST.get()
+        if req is not None:
+            return req
+        if self.request_file is not None:
+            return self.request_file.current()
+        return _NO_REQUEST
+
+    @staticmethod
+    def current_step() -> int | None:
+        return _STEP.get()
+
+
+def read_request_file(path: str) -> dict[str, Any]:
+    """The JSON of a request file (for drivers and tests)."""
+    with open(path) as stream:
+        return json.load(stream)
+
+
+def write_request_file(path: str, request_id: str | int, *, capture_steps: list[int] | None = None,
+                       **provenance: Any) -> None:
+    """Replace a request file atomically (what a driver in another process does between requests).
+
+    Example:
+        >>> write_request_file("/tmp/req.json", "req-2", capture_steps=[0, 7], model="Qwen/Qwen3-8B")
+    """
+    data: dict[str, Any] = {"request_id": request_id, **provenance}
+    if capture_steps is not None:
+        data["capture_steps"] = list(capture_steps)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as stream:
+        json.dump(data, stream)
+    os.replace(tmp, path)
+
+
+__all__ = ["Request", "request", "step", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]

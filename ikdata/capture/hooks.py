@@ -1,0 +1,382 @@
+"""The Capturer: function patches, the module-call hook, and the engine-thread half of a capture.
+
+Hooks patch functions (``torch.nn.functional.linear`` and friends) rather than
+use a dispatch mode: a patched function costs one attribute check when nothing
+is selected. On a selected call the Capturer checks the tensors against their
+definition, claims the selection key and budget, copies the tensors to host
+memory, and queues the job for the background writer. That is all the engine
+thread pays.
+
+Adapters (built-in in :mod:`ikdata.capture.adapters`, or a user's module with an
+``install(api)`` function) talk to the Capturer through :meth:`Capturer.patch`,
+:meth:`Capturer.on_module` and :meth:`Capturer.record`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterable, Mapping
+
+from ikdata import jsonl
+from ikdata.capture import selection
+from ikdata.capture.config import CaptureConfig
+from ikdata.capture.context import StepTracker
+from ikdata.capture.templates import instantiate, load_templates
+from ikdata.capture.writer import BlobHandle, CaptureWriter, Job, WeightCache
+from ikdata.definitions import USER, Definition, read_folder
+from ikdata.errors import DefinitionError, UsageError
+
+Handler = Callable[..., None]
+_MISSING = object()
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"ikdata capture [{os.getpid()}]: {message}\n")
+    sys.stderr.flush()
+
+
+def check_only(config: CaptureConfig, user: Mapping[str, Definition]) -> None:
+    """Refuse ``--only`` names that match no template, op_type, user definition or template instance.
+
+    Raises:
+        UsageError: naming the unknown names and what is known.
+    """
+    from ikdata.capture.templates import match_instance
+
+    templates = load_templates()
+    known = set(templates) | set(user) | {t.definition.op_type for t in templates.values()}
+    known |= {d.op_type for d in user.values()}
+    unknown = [n for n in config.only if n not in known and match_instance(n) is None]
+    if unknown:
+        raise UsageError(f"--only: unknown name(s) {', '.join(unknown)}; expected an op type "
+                         f"({', '.join(sorted({t.definition.op_type for t in templates.values()}))}), "
+                         f"a template (e.g. {', '.join(sorted(templates)[:3])}), an instance such as "
+                         "dense_gemm_bf16_nt_n4096_k4096, or a definition from --definitions")
+
+
+class Capturer:
+    """Capture in one process, as configured.
+
+    Example (a user adapter module, loaded with ``--adapter mypkg.capture_gelu``):
+        >>> def install(api):
+        ...     def on_gelu(api, args, kwargs, out):
+        ...         api.record("gelu_f32_h4096", {"X": args[0]}, {"Y": out}, operation="F.gelu")
+        ...     api.patch(torch.nn.functional, "gelu", on_gelu)
+    """
+
+    def __init__(self, config: CaptureConfig) -> None:
+        self.config = config
+        self.enabled = True
+        self.user: dict[str, Definition] = {}
+        for folder in config.definitions:
+            found, problems = read_folder(__import__("pathlib").Path(folder), origin=USER)
+            if problems:
+                raise UsageError(f"--definitions {folder}: " + "; ".join(str(p) for p in problems[:5]))
+            self.user.update(found)
+        self.only = frozenset(config.only)
+        self.templates = load_templates()
+        self.tracker = StepTracker(step_module=config.step_module, request_file=config.request_file)
+        self.ledger = selection.Ledger(config.state_dir, max_per_definition=config.max_per_definition,
+                                       max_bytes=config.max_bytes)
+        self.weights = WeightCache()
+        self.writer = CaptureWriter(config.into, queue_bytes=config.queue_bytes, on_error=self._writer_failed)
+        self.disabled: set[str] = set()
+        self.failures: list[dict[str, Any]] = []
+        self.captured: dict[str, int] = {}
+        self.refused: dict[str, int] = {}
+        self._resolved: dict[tuple, Definition | None] = {}
+        self._local = threading.local()
+        self._module_handlers: list[tuple[Callable[[Any], bool], Handler, str]] = []
+        self._handler_by_class: dict[type, list[tuple[Handler, str]]] = {}
+        self._paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._root_facts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._pending_error: BaseException | None = None
+        self._shutdown_pid: int | None = None
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._engine: tuple[str, str | None] | None = None
+
+    # -- the adapter API ------------------------------------------------------------------------
+
+    def patch(self, owner: Any, name: str, handler: Handler, *, label: str | None = None) -> None:
+        """Replace ``owner.name`` by a wrapper that calls ``handler(args, kwargs, output)`` after it."""
+        original = getattr(owner, name)
+        label = label or f"{getattr(owner, '__name__', owner)}.{name}"
+        capturer = self
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if capturer.enabled:
+                capturer._dispatch(handler, label, (args, kwargs, out))
+            return out
+
+        wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
+        setattr(owner, name, wrapper)
+        self._patches.append((owner, name, original))
+
+    def on_module(self, match: str | Callable[[Any], bool], handler: Handler, *, label: str | None = None) -> None:
+        """Call ``handler(module, args, kwargs, output)`` after each call of a matching module.
+
+        ``match`` is a class name or a predicate on the module's class.
+        """
+        test = (lambda cls, name=match: cls.__name__ == name) if isinstance(match, str) else match
+        self._module_handlers.append((test, handler, label or getattr(handler, "__name__", "module adapter")))
+        self._handler_by_class.clear()
+
+    def add_definitions(self, folder: str) -> None:
+        """Make the definitions of a folder available to :meth:`record` by name."""
+        found, problems = read_folder(__import__("pathlib").Path(folder), origin=USER)
+        if problems:
+            raise UsageError(f"{folder}: " + "; ".join(str(p) for p in problems[:5]))
+        self.user.update(found)
+
+    def record(self, definition: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
+               operation: str, variant: str | None = None, weights: Iterable[str] = (),
+               fills: Mapping[str, int] | None = None) -> bool:
+        """Capture one call, if it is selected. Returns True if it was queued.
+
+        Args:
+            definition: a definition name (from --definitions), or a template name with ``fills``.
+            inputs, outputs: name -> tensor or Python scalar, as the definition names them.
+            operation: what was called, for the receipt.
+            variant: what distinguishes calls of the same step worth keeping apart (e.g. ``m128``).
+            weights: names of inputs that are weights: copied and hashed once while unchanged.
+            fills: the template's const axes as observed.
+
+        Raises:
+            DefinitionError: only in strict mode (otherwise logged, counted, and the definition stops).
+        """
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
+        req = self.tracker.current_request()
+        if req is None:
+            return False
+        step = self.tracker.current_step()
+        steps = req.steps if req.steps is not None else self.config.steps
+        if steps is not None and (step is None or step not in steps):
+            return False
+        resolved = self._resolve(definition, fills)
+        if resolved is None:
+            return False
+        key = (resolved.name, req.request_id, step, variant)
+        if self.ledger.is_seen(key):
+            return False
+        try:
+            axes = self.writer.dataset.check(resolved, inputs, outputs)
+        except DefinitionError as exc:
+            self._fail(resolved.name, exc)
+            return False
+        weight_names = set(weights)
+        cached = {n: self.weights.get(inputs[n]) for n in weight_names if _is_tensor(inputs.get(n))}
+        nbytes = sum(_nbytes(v) for n, v in {**inputs, **outputs}.items() if cached.get(n) is None)
+        refusal = self.ledger.reserve(resolved.name, key, nbytes)
+        if refusal is not None:
+            if refusal != selection.SEEN:
+                self.refused[refusal] = self.refused.get(refusal, 0) + 1
+            if refusal == selection.BYTES_FULL:
+                self.enabled = False
+            return False
+        host_in = {n: self._host(v, cached.get(n), n in weight_names) for n, v in inputs.items()}
+        host_out = {n: self._host(v, None, False) for n, v in outputs.items()}
+        provenance = self._provenance(req, step, operation, variant)
+        job = Job(resolved, axes, host_in, host_out, provenance, nbytes)
+        if self.config.strict:
+            self.writer.write(job)
+        else:
+            self.writer.submit(job)
+        self.captured[resolved.name] = self.captured.get(resolved.name, 0) + 1
+        return True
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def is_selected_now(self) -> bool:
+        """Whether the current request and step are selected (the cheap test before any adapter work)."""
+        req = self.tracker.current_request()
+        if req is None:
+            return False
+        steps = req.steps if req.steps is not None else self.config.steps
+        return steps is None or self.tracker.current_step() in steps
+
+    def _dispatch(self, handler: Handler, label: str, call: tuple) -> None:
+        local = self._local
+        if getattr(local, "busy", False) or label in self.disabled or not self.is_selected_now():
+            return
+        local.busy = True
+        try:
+            handler(self, *call)
+        except DefinitionError:
+            raise  # strict mode only: record() logs and swallows it otherwise
+        except Exception as exc:  # noqa: BLE001  a failing hook must not crash the engine
+            self._fail(label, exc)
+        finally:
+            local.busy = False
+
+    def _resolve(self, name: str, fills: Mapping[str, int] | None) -> Definition | None:
+        cache_key = (name, tuple(sorted(fills.items())) if fills else None)
+        found = self._resolved.get(cache_key, _MISSING)
+        if found is _MISSING:
+            found = self._resolve_uncached(name, fills)
+            self._resolved[cache_key] = found
+        if found is not None and found.name in self.disabled:
+            return None
+        return found  # type: ignore[return-value]
+
+    def _resolve_uncached(self, name: str, fills: Mapping[str, int] | None) -> Definition | None:
+        template = self.templates.get(name) if fills is not None else None
+        if template is not None:
+            instance_name = template.pattern.format(**fills)
+            definition = self.user.get(instance_name) or instantiate(template, fills)
+            names = {definition.name, template.name, definition.op_type}
+        else:
+            definition = self.user.get(name)
+            if definition is None:
+                self._fail(name, DefinitionError("no such definition; name it in a --definitions folder",
+                                                 definition=name))
+                return None
+            names = {definition.name, definition.op_type}
+        if self.only and not (names & self.only):
+            return None
+        return definition
+
+    def _host(self, value: Any, cached: BlobHandle | None, is_weight: bool) -> Any:
+        if cached is not None:
+            return cached
+        if not _is_tensor(value):
+            return value
+        import torch
+
+        copy = torch.empty(tuple(value.shape), dtype=value.dtype, device="cpu")
+        copy.copy_(value.detach())
+        if is_weight:
+            handle = BlobHandle(copy)
+            self.weights.put(value, handle)
+            return handle
+        return copy
+
+    def _provenance(self, req: Any, step: int | None, operation: str, variant: str | None) -> dict[str, Any]:
+        if self._engine is None:  # detected late: the engine may import after torch
+            self._engine = _detect_engine()
+        facts: dict[str, Any] = {"engine": self._engine[0], "engine_version": self._engine[1]}
+        stack = self.tracker.stack()
+        if stack:
+            root = stack[0]
+            facts.update(self._facts_of(root))
+            facts["module_path"] = self._module_path(root, stack[-1])
+        facts.update(self.config.provenance)
+        facts.update(req.provenance)
+        facts.update(request_id=req.request_id, step=step, operation=operation, variant=variant,
+                     captured_at=time.time())
+        return facts
+
+    def _facts_of(self, root: Any) -> dict[str, Any]:
+        facts = self._root_facts.get(root)
+        if facts is None:
+            facts = {}
+            model = getattr(root, "name_or_path", None)
+            if isinstance(model, str) and model:
+                facts["model"] = model
+            if type(root).__module__.startswith("transformers") and (self._engine or ("torch",))[0] == "torch":
+                facts["engine"], facts["engine_version"] = "transformers", _version("transformers")
+            self._root_facts[root] = facts
+        return facts
+
+    def _module_path(self, root: Any, module: Any) -> str:
+        names = self._paths.get(root)
+        if names is None:
+            names = {id(m): n for n, m in root.named_modules()}
+            self._paths[root] = names
+        path = names.get(id(module))
+        prefix = type(root).__name__
+        return prefix if not path else f"{prefix}.{path}"
+
+    def _fail(self, name: str, exc: BaseException) -> None:
+        if self.config.strict:
+            raise exc
+        self.disabled.add(name)
+        self.failures.append({"definition": name, "message": f"{type(exc).__name__}: {exc}"})
+        _log(f"{name}: {exc}; capture of {name} stops in this process")
+
+    def _writer_failed(self, job: Job, exc: BaseException) -> None:
+        if self.config.strict:
+            self._pending_error = exc
+        self.disabled.add(job.definition.name)
+        self.failures.append({"definition": job.definition.name, "message": f"{type(exc).__name__}: {exc}"})
+        _log(f"{job.definition.name}: writing failed: {exc}; capture of {job.definition.name} stops")
+
+    def module_handlers_for(self, cls: type) -> list[tuple[Handler, str]]:
+        found = self._handler_by_class.get(cls)
+        if found is None:
+            found = [(h, label) for test, h, label in self._module_handlers if test(cls)]
+            self._handler_by_class[cls] = found
+        return found
+
+    # -- process life ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write everything queued so far (raises a pending writer error in strict mode)."""
+        self.writer.flush()
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
+
+    def shutdown(self) -> None:
+        """Flush and leave a summary line for ``ikdata capture`` (once per process)."""
+        if self._shutdown_pid == os.getpid():
+            return
+        self._shutdown_pid = os.getpid()
+        try:
+            self.writer.flush()
+        finally:
+            if self.config.state_dir:
+                jsonl.append(os.path.join(self.config.state_dir, "events.jsonl"),
+                             [{"pid": os.getpid(), "host": socket.gethostname(), "captured": self.captured,
+                               "refused": self.refused, "failures": self.failures,
+                               "weight_cache_hits": self.weights.hits}], fsync=False)
+
+    def after_fork_in_child(self) -> None:
+        self.writer.after_fork_in_child()
+        self.ledger._lock = threading.Lock()
+        self.tracker._lock = threading.Lock()
+        self.captured, self.refused, self.failures = {}, {}, []
+        self._shutdown_pid = None
+
+    def uninstall(self) -> None:
+        """Restore every patched function (tests)."""
+        for owner, name, original in reversed(self._patches):
+            setattr(owner, name, original)
+        self._patches.clear()
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "element_size")
+
+
+def _nbytes(value: Any) -> int:
+    return value.numel() * value.element_size() if _is_tensor(value) else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _version(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _detect_engine() -> tuple[str, str | None]:
+    for engine in ("sglang", "vllm"):
+        if engine in sys.modules:
+            return engine, _version(engine)
+    return "torch", _version("torch")
+
+
+__all__ = ["Capturer", "check_only"]

@@ -1,0 +1,193 @@
+"""Run a command with capture on in it and every Python process it starts; then commit and summarise.
+
+:func:`prepare` checks the configuration before anything starts (a folder that
+cannot be written, unknown ``--only`` names, bad definitions, adapters that
+cannot be found); :func:`run_capture` runs the command with ``IKDATA_CAPTURE``
+set, forwards SIGINT/SIGTERM to it, commits the manifest when it ends (however
+it ends) and returns what was captured per definition.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+
+from ikdata.capture.config import ENV, CaptureConfig
+from ikdata.errors import UsageError
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """What a capture run did.
+
+    Attributes:
+        returncode: the command's exit status (negative: killed by that signal).
+        counts: definition -> workloads added by this run.
+        failures: per-process failures ({"pid", "definition", "message"}).
+        refused: why selected calls were not captured (caps) -> how many.
+        dataset_id: the committed manifest's id.
+        processes: how many processes reported (those killed by SIGKILL cannot).
+    """
+
+    returncode: int
+    counts: dict[str, int]
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    refused: dict[str, int] = field(default_factory=dict)
+    dataset_id: str | None = None
+    processes: int = 0
+
+
+def prepare(config: CaptureConfig) -> CaptureConfig:
+    """Check everything that can be checked before the command starts.
+
+    Raises:
+        UsageError: the dataset folder cannot be written or holds another layout, a definitions
+            folder is bad, a ``--only`` name is unknown, an adapter module cannot be found, or a cap
+            is not positive.
+    """
+    from ikdata.capture.hooks import check_only
+    from ikdata.dataset import IKDATA, detect_layout
+    from ikdata.definitions import USER, read_folder
+
+    root = Path(config.into)
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"--into {root}: exists and is not a folder; choose a new or an ikdata dataset folder")
+    if root.is_dir() and any(root.iterdir()) and detect_layout(root) != IKDATA:
+        raise UsageError(f"--into {root}: folder holds files but no ikdata dataset; choose an empty folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=root, prefix=".tmp-probe-")
+        probe.close()
+    except OSError as exc:
+        raise UsageError(f"--into {root}: cannot write there ({exc.strerror or exc}); choose a writable folder") from exc
+    user = {}
+    for folder in config.definitions:
+        if not Path(folder).is_dir():
+            raise UsageError(f"--definitions {folder}: no such folder; expected a folder of definition JSON files")
+        found, problems = read_folder(Path(folder), origin=USER)
+        if problems:
+            raise UsageError(f"--definitions {folder}: " + "; ".join(str(p) for p in problems[:5]))
+        user.update(found)
+    check_only(config, user)
+    for name, value in (("--max-per-definition", config.max_per_definition), ("--max-bytes", config.max_bytes)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{name} must be positive, got {value}")
+    search = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    for module in config.adapters:
+        sys.path[:0] = search
+        try:
+            found_spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found_spec = None
+        finally:
+            del sys.path[:len(search)]
+        if found_spec is None:
+            raise UsageError(f"--adapter {module}: no such module; make it importable (PYTHONPATH) and give "
+                             "its dotted path")
+    return config
+
+
+def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
+    """Run ``command`` with capture on; commit the manifest; return what was captured.
+
+    Example:
+        >>> result = run_capture(CaptureConfig(into="captures/minilm"), ["python", "embed.py"])
+        >>> result.counts
+        {'dense_gemm_bias_f32_nt_n384_k384': 2, ...}
+
+    Raises:
+        UsageError: a configuration error (nothing was started) or a command that cannot be run.
+    """
+    if not command:
+        raise UsageError("no command to run; put it after '--', e.g. ikdata capture --into D -- python run.py")
+    config = prepare(config)
+    root = Path(config.into)
+    state = tempfile.mkdtemp(prefix="ikdata-capture-")
+    try:
+        config = replace(config, state_dir=state, into=str(root.resolve()))
+        before = row_counts(root)
+        env = dict(os.environ, **{ENV: config.to_env()})
+        try:
+            process = subprocess.Popen(list(command), env=env)
+        except OSError as exc:
+            raise UsageError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
+        returncode = _wait_forwarding(process)
+        events = _read_events(Path(state) / "events.jsonl")
+        dataset_id = _commit(root)
+        after = row_counts(root)
+        counts = {name: after[name] - before.get(name, 0) for name in sorted(after) if after[name] > before.get(name, 0)}
+        failures = [dict(f, pid=e["pid"]) for e in events for f in e.get("failures", [])]
+        refused: dict[str, int] = {}
+        for event in events:
+            for reason, n in event.get("refused", {}).items():
+                refused[reason] = refused.get(reason, 0) + n
+        return CaptureResult(returncode, counts, failures, refused, dataset_id, len(events))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def row_counts(root: Path) -> dict[str, int]:
+    """Definition name -> rows in its workload file."""
+    counts = {}
+    folder = root / "workloads"
+    if folder.is_dir():
+        for path in folder.rglob("*.jsonl"):
+            counts[path.stem] = sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
+    return counts
+
+
+def _wait_forwarding(process: subprocess.Popen) -> int:
+    def forward(signum: int, frame: Any) -> None:
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    if threading_is_main():
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    else:
+        previous = {}
+    try:
+        return process.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_bytes().splitlines():
+        try:
+            events.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    return events
+
+
+def _commit(root: Path) -> str | None:
+    from ikdata.writer import DatasetWriter
+
+    if not any((root / sub).exists() for sub in ("workloads", "definitions", "ikdata.json")):
+        return None
+    return DatasetWriter(root).commit()
+
+
+__all__ = ["CaptureResult", "prepare", "run_capture", "row_counts"]

@@ -1,0 +1,314 @@
+"""Turn a source dataset of any layout into importable form: ikdata rows, receipts and tensor sources.
+
+Three layouts are read (see :mod:`ikdata.dataset`):
+
+- **ikdata**: rows and receipts are taken as they are; a blob's digest is its file name.
+- **seed** (the capture script of ``seeds/002``): blobs are named by digest under
+  ``blob/workloads/<name>/``; receipts in ``results/captures.jsonl`` (a bare descriptor
+  for one output); the report in ``results/replay.json``; definitions live outside the
+  dataset, so ``--definitions`` must name them.
+- **flashinfer** (FlashInfer Trace): blobs hold several tensors and are named by uuid,
+  so every tensor is hashed here and becomes its own ikdata blob. Rows with ``random``
+  inputs have no data: they are left out, or kept with ``keep_random`` and marked as
+  having no expected output. FlashInfer rows carry no receipt; one is made for them
+  (``expected_output: {}``, ``origin: "flashinfer-trace"``) so that lineage can show
+  where they came from.
+
+Nothing here writes anything: SRC is read-only.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import orjson
+
+from ikdata import jsonl, manifest, schema
+from ikdata.dataset import FLASHINFER, IKDATA, SEED, Dataset, check_relative
+from ikdata.definitions import Definition
+from ikdata.digest import bytes_digest
+from ikdata.problems import Problem
+from ikdata.records import RandomInput, Receipt, TensorRef, WorkloadRow
+from ikdata.safetensors_format import BLOB_KEY, TensorEntry
+from ikdata.store import BlobCheck, blob_path, digest_from_path, rehash_file
+
+FLASHINFER_ORIGIN = "flashinfer-trace"
+
+
+@dataclass(frozen=True)
+class TensorSource:
+    """Where the bytes of one tensor lie in SRC.
+
+    Attributes:
+        path: the file in SRC.
+        tensor_key: the tensor's key in that file.
+        canonical: the file is an ikdata blob (one tensor, canonical header), so it may be hardlinked.
+        entry: the tensor's place in the file, once the file was rehashed (None: not read yet).
+    """
+
+    path: Path
+    tensor_key: str
+    canonical: bool
+    entry: TensorEntry | None = None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A workload left out of an import, or refused, and why."""
+
+    uuid: str
+    definition: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"uuid": self.uuid, "definition": self.definition, "reason": self.reason}
+
+
+@dataclass
+class Source:
+    """SRC in importable form: every descriptor already points at ``blob/sha256/...``.
+
+    ``rows`` and ``receipts`` are keyed by uuid and hold ikdata-layout dicts; ``where``
+    maps a uuid to the file:line of its row (for messages); ``tensors`` maps a digest to
+    the bytes that carry it; ``cases`` maps a uuid to its report cases.
+    """
+
+    root: Path
+    layout: str
+    dataset_id: str
+    definitions: dict[str, Definition]
+    built: dict = field(default_factory=dict)  # the manifest SRC's files call for (never written)
+    trusted: dict[str, Definition] = field(default_factory=dict)
+    rows: dict[str, dict] = field(default_factory=dict)
+    held: dict[str, str] = field(default_factory=dict)  # uuid -> file:line of rows DST holds verbatim
+    held_definitions: set = field(default_factory=set)  # the definitions of those rows
+    where: dict[str, str] = field(default_factory=dict)
+    receipts: dict[str, dict] = field(default_factory=dict)
+    tensors: dict[str, TensorSource] = field(default_factory=dict)
+    report: dict | None = None
+    report_digest: str | None = None
+    report_name: str | None = None
+    cases: dict[str, list[dict]] = field(default_factory=dict)
+    left_out: list[LeftOut] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLike] = (),
+                keep_random: bool = False, known: Mapping[str, dict] | None = None,
+                known_receipts: Mapping[str, Any] | None = None) -> Source:
+    """Read SRC (any layout) into a :class:`Source`; problems are collected, not raised.
+
+    Args:
+        src: the source dataset folder.
+        definitions: extra definition folders (required for the seed layout).
+        keep_random: keep FlashInfer rows with ``random`` inputs (marked, no expected output).
+        known: DST's rows as written, by uuid. A SRC row equal to one of them is only noted
+            in ``Source.held`` (DST has it; nothing to check, convert or bring in), so the
+            cost of reading SRC grows with what is new to DST.
+        known_receipts: DST's receipts' ``expected_output`` as written, by uuid: a SRC receipt
+            of a held row is compared with it (a difference is a conflict) and otherwise skipped.
+
+    Example:
+        >>> source = read_source("seed-capture", definitions=["seed/definitions"])
+        >>> len(source.rows), [p.message for p in source.problems]
+    """
+    ds = Dataset.open(src, definitions=definitions)
+    known = known or {}
+    built = manifest.build(ds.root)
+    source = Source(ds.root, ds.layout, source_id(ds, built), ds.definitions, built,
+                    ds.trusted_definitions)
+    source.problems += ds.definition_problems
+    if ds.layout == SEED and not definitions:
+        source.problems.append(Problem(str(ds.root), "a seed-layout capture keeps its definitions outside the "
+                                       "dataset; name them with --definitions DIR", code="seed-definitions"))
+    hashed: dict[Path, Any] = {}
+    for row in _records(ds, ds.workload_files(), "workload", known, source):
+        _add_row(ds, row, source, hashed, keep_random)
+    for receipt in _records(ds, ds.receipt_files(), "receipt", known_receipts or {}, source):
+        where = f"{receipt.source}:{receipt.line}"
+        record = receipt.to_dict()
+        expected = {}
+        for name, descriptor in receipt.expected_output.items():
+            expected[name] = _convert(ds, descriptor, source, hashed, where, f"/expected_output/{name}")
+        if any(v is None for v in expected.values()):
+            continue
+        record["expected_output"] = expected
+        if receipt.uuid in source.receipts and source.receipts[receipt.uuid] != record:
+            source.problems.append(Problem(receipt.source, f"a second, different receipt for {receipt.uuid}",
+                                           receipt.line, "/uuid"))
+            continue
+        source.receipts[receipt.uuid] = record
+    _read_report(ds, source)
+    return source
+
+
+def _records(ds: Dataset, files: list[Path], kind: str, known: Mapping[str, dict], source: Source) -> Iterator[Any]:
+    """Rows or receipts of SRC files; schema-checked unless they are rows DST already holds verbatim."""
+    for path in files:
+        display = ds.rel(path)
+        content = jsonl.read(path, display=display)
+        source.problems += content.problems
+        for line, record in content.records:
+            uuid = _uuid(record, kind)
+            if uuid is not None and uuid in known and (kind == "workload" or uuid in source.held):
+                if kind == "workload" and known[uuid] == record:
+                    source.held[uuid] = f"{display}:{line}"  # DST holds this very row
+                    source.held_definitions.add(record.get("definition"))
+                    continue
+                if kind == "receipt" and known[uuid] == record.get("expected_output"):
+                    continue  # the receipt of a held row, naming the same outputs
+            found = schema.check(kind, record, path=display, line=line)
+            if found:
+                source.problems += found
+                continue
+            try:
+                if kind == "workload":
+                    yield WorkloadRow.from_dict(record, source=display, line=line)
+                else:
+                    definition = ds.definitions.get(record["definition"])
+                    yield Receipt.from_dict(record, source=display, line=line,
+                                            output_names=list(definition.outputs) if definition else None)
+            except (KeyError, TypeError, AttributeError) as exc:
+                source.problems.append(Problem(display, f"malformed {kind}: {exc!r}", line))
+
+
+def _uuid(record: Any, kind: str) -> str | None:
+    try:
+        return record["workload"]["uuid"] if kind == "workload" else record["uuid"]
+    except (KeyError, TypeError):
+        return None
+
+
+def _add_row(ds: Dataset, row: WorkloadRow, source: Source, hashed: dict, keep_random: bool) -> None:
+    where = f"{row.source}:{row.line}"
+    if row.definition not in source.definitions:
+        source.problems.append(Problem(row.source, f"unknown definition {row.definition!r}; pass the folder "
+                                       "that defines it with --definitions", row.line, "/definition"))
+        return
+    randoms = [name for name, d in row.inputs.items() if isinstance(d, RandomInput)]
+    if randoms and ds.layout != FLASHINFER:
+        source.problems.append(Problem(row.source, f"random inputs {randoms} in a captured dataset",
+                                       row.line, "/workload/inputs"))
+        return
+    if randoms and not keep_random:
+        source.left_out.append(LeftOut(row.uuid, row.definition, f"random inputs {randoms} have no data "
+                                       "(pass --keep-random to import it without expected output)"))
+        return
+    inputs = {name: _convert(ds, d, source, hashed, where, f"/workload/inputs/{name}") for name, d in row.inputs.items()}
+    if any(v is None for v in inputs.values()):
+        return
+    previous = source.rows.get(row.uuid)
+    record = {"definition": row.definition, "workload": {"uuid": row.uuid, "axes": row.axes, "inputs": inputs}}
+    if previous is not None and previous != record:
+        source.problems.append(Problem(row.source, f"uuid {row.uuid} is also used by a different row at "
+                                       f"{source.where[row.uuid]}", row.line, "/workload/uuid"))
+        return
+    source.rows[row.uuid] = record
+    source.where[row.uuid] = where
+    if ds.layout == FLASHINFER:
+        receipt = {"uuid": row.uuid, "definition": row.definition, "axes": row.axes, "expected_output": {},
+                   "origin": FLASHINFER_ORIGIN, "source_row": where}
+        if randoms:
+            receipt["random_inputs"] = randoms
+        source.receipts[row.uuid] = receipt
+
+
+def _convert(ds: Dataset, descriptor: Any, source: Source, hashed: dict, where: str,
+             pointer: str) -> dict | None:
+    """An ikdata descriptor for a SRC descriptor; records where its bytes are.
+
+    A path is checked textually here; whether links take it outside SRC is checked
+    only for the files actually read (:func:`inside`), so tensors DST already holds
+    cost no file-system calls.
+    """
+    if not isinstance(descriptor, TensorRef):
+        return descriptor.to_dict()
+    reason = check_relative(descriptor.path) if _suspicious(descriptor.path) else None
+    if reason:
+        source.problems.append(Problem(where, reason, pointer=pointer))
+        return None
+    path = ds.root / descriptor.path
+    claimed = digest_from_path(descriptor.path)
+    if claimed and descriptor.tensor_key == BLOB_KEY and ds.layout != FLASHINFER:
+        canonical = ds.layout == IKDATA and descriptor.path == blob_path(claimed)
+        source.tensors.setdefault(claimed, TensorSource(path, BLOB_KEY, canonical))
+        return TensorRef(blob_path(claimed), BLOB_KEY).to_dict()
+    # A file not named by its digest (FlashInfer: by uuid, several tensors): hash it now.
+    if path not in hashed:
+        reason = inside(ds.root, path)
+        hashed[path] = BlobCheck(str(path), error=reason) if reason else rehash_file(path)
+    check = hashed[path]
+    if check.error:
+        source.problems.append(Problem(where, f"{descriptor.path}: {check.error}", pointer=pointer))
+        return None
+    for entry, digest in zip(check.entries, check.digests):
+        if entry.key == descriptor.tensor_key:
+            source.tensors.setdefault(digest, TensorSource(path, entry.key, False, entry))
+            return TensorRef(blob_path(digest), BLOB_KEY).to_dict()
+    source.problems.append(Problem(where, f"{descriptor.path} has no tensor {descriptor.tensor_key!r}; it holds "
+                                   f"{[e.key for e in check.entries]}", pointer=pointer))
+    return None
+
+
+def _suspicious(path: str) -> bool:
+    return not path or path[0] in "/\\" or "\\" in path or ":" in path[:2] or ".." in path.split("/")
+
+
+def inside(root: Path, path: Path) -> str | None:
+    """Why ``path`` is not a file inside ``root`` once links are followed (None: it is)."""
+    real_root = _realpath(str(root))
+    folder, name = os.path.split(str(path))
+    real = os.path.realpath(path) if os.path.islink(path) else os.path.join(_realpath(folder), name)
+    if os.path.commonpath([real_root, real]) != real_root:
+        return f"a link that leaves the dataset (to {real})"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _realpath(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
+def _read_report(ds: Dataset, source: Source) -> None:
+    path = ds.report_path
+    if not path.is_file():
+        return
+    display = ds.rel(path)
+    data = path.read_bytes()
+    try:
+        report = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        source.problems.append(Problem(display, f"malformed JSON: {exc}", code="malformed-json"))
+        return
+    cases = report.get("cases") if isinstance(report, dict) else None
+    found = schema.check("report", dict(report, cases=[]) if isinstance(cases, list) else report, path=display)
+    if found:
+        source.problems += found
+        return
+    source.report, source.report_digest, source.report_name = report, bytes_digest(data), display
+    for number, case in enumerate(cases):
+        uuid = case.get("uuid") if isinstance(case, dict) else None
+        if not isinstance(uuid, str):
+            source.problems.append(Problem(display, "a case without a uuid string", pointer=f"/cases/{number}"))
+            continue
+        source.cases.setdefault(uuid, []).append(case)  # each is schema-checked when the gate uses it
+
+
+def source_id(ds: Dataset, built: dict | None = None) -> str:
+    """SRC's dataset id, computed without writing into SRC.
+
+    For an ikdata dataset it is the id of the manifest its files call for; the caller
+    compares it with the manifest SRC holds. For the seed layout the receipts and the
+    report (which the manifest does not track) are folded in.
+    """
+    built = built if built is not None else manifest.build(ds.root)
+    built = dict(built, files=dict(built["files"]))  # a copy: the seed's extra files go in the id only
+    if ds.layout == SEED:
+        for path in ds.receipt_files() + [ds.report_path]:
+            if path.is_file():
+                built["files"][ds.rel(path)] = bytes_digest(path.read_bytes())
+    return manifest.dataset_id(built)

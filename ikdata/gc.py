@@ -1,0 +1,117 @@
+"""Garbage collection: delete the blobs no workload row or receipt references.
+
+gc holds the dataset's exclusive lock, so it never runs while a capture adds
+(``DatasetWriter.add`` stores blobs and appends rows under the shared lock) or an
+import applies. It first finishes an interrupted import (:func:`ikdata.merge.recover`).
+A blob younger than the grace period is spared, for writers that store blobs
+before taking the lock. A dataset with unreadable rows is refused: what they
+reference is unknown, so nothing could be deleted safely.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ikdata import jsonl, manifest
+from ikdata.dataset import Dataset
+from ikdata.errors import ProblemsFound, UsageError
+from ikdata.locking import dataset_lock
+
+DEFAULT_GRACE_MINUTES = 10.0
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What gc deleted (or, with ``dry_run``, would delete)."""
+
+    deleted: tuple[str, ...]
+    bytes_freed: int
+    spared_young: tuple[str, ...]
+    kept: int
+    dry_run: bool
+    dataset_id: str | None
+
+    def to_dict(self) -> dict:
+        return {"deleted": list(self.deleted), "bytes_freed": self.bytes_freed,
+                "spared_young": list(self.spared_young), "kept": self.kept, "dry_run": self.dry_run,
+                "dataset_id": self.dataset_id}
+
+
+def referenced_blobs(root: Path) -> set[str]:
+    """Dataset-relative paths of every blob a row or receipt names.
+
+    Raises:
+        ProblemsFound: a row or receipt file has unreadable lines.
+    """
+    ds = Dataset.open(root)
+    found: set[str] = set()
+    problems = []
+    for path in ds.workload_files() + ds.receipt_files():
+        content = jsonl.read(path, display=ds.rel(path))
+        problems += content.problems
+        for _, record in content.records:
+            if not isinstance(record, dict):
+                continue
+            inputs = (record.get("workload") or {}).get("inputs") or {}
+            expected = record.get("expected_output") or {}
+            if "type" in expected:
+                expected = {"output": expected}
+            for descriptor in [*inputs.values(), *expected.values()]:
+                if isinstance(descriptor, dict) and descriptor.get("type") == "safetensors":
+                    found.add(os.path.normpath(descriptor.get("path", "")).replace(os.sep, "/"))
+    if problems:
+        raise ProblemsFound(problems, f"{root}: gc refused: {len(problems)} unreadable line(s) might reference "
+                            f"blobs; run 'ikdata repair {root}' first")
+    return found
+
+
+def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
+                    grace_minutes: float = DEFAULT_GRACE_MINUTES) -> GcResult:
+    """Delete unreferenced blobs older than the grace period and refresh the manifest.
+
+    Args:
+        path: an ikdata dataset.
+        dry_run: report what would be deleted; delete nothing.
+        grace_minutes: spare blobs modified less than this long ago.
+
+    Example:
+        >>> result = collect_garbage("shared/gemm", grace_minutes=0)
+        >>> result.bytes_freed
+    """
+    from ikdata.merge import recover
+
+    root = Path(path)
+    if not (root / "blob").is_dir() and not (root / manifest.MANIFEST).is_file():
+        raise UsageError(f"{root}: not an ikdata dataset (no blob/ folder, no ikdata.json)")
+    if grace_minutes < 0:
+        raise UsageError(f"--grace must be >= 0 minutes, got {grace_minutes}")
+    with dataset_lock(root, exclusive=True):
+        if not dry_run:
+            recover(root, locked=True)
+        used = referenced_blobs(root)
+        cutoff = time.time() - grace_minutes * 60
+        deleted, young = [], []
+        freed = kept = 0
+        for rel, size in Dataset.open(root).store.iter_blobs():
+            if rel in used:
+                kept += 1
+                continue
+            target = root / rel
+            if target.stat().st_mtime > cutoff:
+                young.append(rel)
+                continue
+            if not dry_run:
+                target.unlink()
+            deleted.append(rel)
+            freed += size
+        if not dry_run:
+            dataset_id = manifest.write(root)
+        else:
+            dataset_id = manifest.current_id(root)
+    return GcResult(tuple(sorted(deleted)), freed, tuple(sorted(young)), kept, dry_run, dataset_id)
+
+
+__all__ = ["GcResult", "collect_garbage", "referenced_blobs", "DEFAULT_GRACE_MINUTES"]

@@ -1,0 +1,194 @@
+"""Provenance queries: where a workload (or a blob) came from, and the parent graph of a dataset.
+
+A workload's chain, in order: its capture receipt (engine, model, request, step,
+module, process, host, time); every import hop (from which dataset id, when, how);
+every validation (the one each import attached, and the cases of the dataset's own
+replay report).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ikdata import manifest
+from ikdata.dataset import Dataset
+from ikdata.errors import UsageError
+from ikdata.records import TensorRef
+from ikdata.store import DIGEST_RE, digest_from_path
+
+CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
+                  "operation", "module_path", "process_id", "host", "captured_at", "origin", "source_row")
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The lineage of one workload.
+
+    Attributes:
+        uses: for a blob query, where this workload uses the blob (``inputs/A``, ``expected_output/C``).
+    """
+
+    uuid: str
+    definition: str
+    row: str  # file:line
+    capture: dict[str, Any] | None
+    imports: tuple[dict, ...]
+    validations: tuple[dict, ...]
+    uses: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"uuid": self.uuid, "definition": self.definition, "row": self.row, "capture": self.capture,
+                "imports": list(self.imports), "validations": list(self.validations), "uses": list(self.uses)}
+
+
+def trace(path: str | os.PathLike, key: str) -> list[Chain]:
+    """The chain of the workload with uuid ``key`` (a unique prefix is enough), or of every
+    workload that uses the blob with digest ``key``.
+
+    Raises:
+        UsageError: no workload has this uuid or uses this digest, or the prefix is ambiguous.
+
+    Example:
+        >>> [c.capture["host"] for c in trace("shared/gemm", "3f2a")]
+    """
+    ds = Dataset.open(path)
+    rows = {row.uuid: row for row in ds.workloads(validate=False)}
+    receipts = {r.uuid: r for r in ds.receipts(validate=False)}
+    cases = _report_cases(ds)
+    if DIGEST_RE.match(key):
+        uses: dict[str, list[str]] = {}
+        for row in rows.values():
+            for name, d in row.inputs.items():
+                if isinstance(d, TensorRef) and digest_from_path(d.path) == key:
+                    uses.setdefault(row.uuid, []).append(f"inputs/{name}")
+        for receipt in receipts.values():
+            for name, d in receipt.expected_output.items():
+                if isinstance(d, TensorRef) and digest_from_path(d.path) == key:
+                    uses.setdefault(receipt.uuid, []).append(f"expected_output/{name}")
+        if not uses:
+            raise UsageError(f"{path}: no workload or receipt uses blob {key}")
+        return [_chain(rows.get(u), receipts.get(u), cases.get(u, []), u, tuple(names))
+                for u, names in sorted(uses.items())]
+    matches = [u for u in rows if u.startswith(key)] or [u for u in receipts if u.startswith(key)]
+    if not matches:
+        raise UsageError(f"{path}: no workload has uuid {key!r}; list them with 'ikdata ls {path}'")
+    if len(matches) > 1:
+        raise UsageError(f"{path}: {key!r} matches {len(matches)} workloads; give more of the uuid")
+    uuid = matches[0]
+    return [_chain(rows.get(uuid), receipts.get(uuid), cases.get(uuid, []), uuid, ())]
+
+
+def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str, ...]) -> Chain:
+    capture = None
+    imports: tuple[dict, ...] = ()
+    validations: list[dict] = []
+    if receipt is not None:
+        capture = {k: receipt.provenance[k] for k in CAPTURE_FIELDS if receipt.provenance.get(k) is not None}
+        imports = receipt.imports
+        if receipt.validation:
+            validations.append(_summary(receipt.validation, "receipt (attached by import)"))
+    validations += [_summary(case, "this dataset's replay report") for case in cases]
+    where = f"{row.source}:{row.line}" if row is not None else "(no row)"
+    return Chain(uuid, row.definition if row else receipt.definition, where, capture, imports,
+                 tuple(validations), uses)
+
+
+def _summary(validation: dict, where: str) -> dict:
+    keys = ("status", "device", "device_name", "torch", "metrics", "basis", "report", "finished_at", "reason")
+    return {"from": where, **{k: validation[k] for k in keys if validation.get(k) is not None}}
+
+
+def _report_cases(ds: Dataset) -> dict[str, list[dict]]:
+    if not ds.report_path.is_file():
+        return {}
+    try:
+        report = orjson.loads(ds.report_path.read_bytes())
+    except orjson.JSONDecodeError:
+        return {}
+    found: dict[str, list[dict]] = {}
+    for case in report.get("cases") or []:
+        if isinstance(case, dict) and "uuid" in case:
+            found.setdefault(case["uuid"], []).append(dict(case, device=case.get("device") or report.get("device")))
+    return found
+
+
+@dataclass(frozen=True)
+class Node:
+    """A dataset in the parent graph: its id, name, and parents (each with when and how)."""
+
+    id: str
+    name: str
+    parents: tuple[dict, ...] = ()
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The parent graph, from a dataset back through every parent found on this machine."""
+
+    root: str
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"root": self.root, "nodes": {i: {"name": n.name, "path": n.path, "parents": list(n.parents)}
+                                             for i, n in self.nodes.items()}}
+
+    def to_dot(self) -> str:
+        """Graphviz source: an edge from each dataset to each of its parents."""
+        lines = ["digraph lineage {", "  rankdir=BT;"]
+        for node_id, node in self.nodes.items():
+            lines.append(f'  "{node_id[:12]}" [label="{_escape(node.name)}\\n{node_id[:12]}"];')
+            for parent in node.parents:
+                label = f"{parent.get('how', '')} {_when(parent.get('at'))}".strip()
+                lines.append(f'  "{node_id[:12]}" -> "{parent["id"][:12]}" [label="{_escape(label)}"];')
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def graph(path: str | os.PathLike) -> Graph:
+    """The dataset's parent graph. A parent whose ``source`` is a folder here, still holding that
+    id, is followed to its own parents; other parents are leaves known by id only.
+
+    Raises:
+        UsageError: the folder has no manifest.
+    """
+    root = Path(path)
+    held = manifest.read(root) if root.is_dir() else None
+    if held is None:
+        raise UsageError(f"{root}: no manifest (ikdata.json); run 'ikdata manifest {root}' first")
+    root_id = manifest.dataset_id(held)
+    result = Graph(root_id)
+    stack = [(root_id, held, str(root))]
+    while stack:
+        node_id, record, where = stack.pop()
+        if node_id in result.nodes:
+            continue
+        parents = tuple(record.get("parents") or ())
+        result.nodes[node_id] = Node(node_id, record.get("name", "?"), parents, where)
+        for parent in parents:
+            source = parent.get("source")
+            found = manifest.read(source) if source and Path(source).is_dir() and \
+                (Path(source) / manifest.MANIFEST).is_file() else None
+            if found is not None and manifest.dataset_id(found) == parent["id"]:
+                stack.append((parent["id"], found, source))
+            elif parent["id"] not in result.nodes:
+                result.nodes[parent["id"]] = Node(parent["id"], Path(source).name if source else "?", (), source)
+    return result
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _when(at: Any) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if isinstance(at, (int, float)) else ""
+
+
+__all__ = ["Chain", "Graph", "Node", "trace", "graph"]

@@ -1,0 +1,303 @@
+"""Import (merge) a validated dataset into another, all or nothing.
+
+:func:`import_dataset` plans the import read-only (:mod:`ikdata.merge_plan`), then
+applies it under DST's exclusive lock through a journal:
+
+1. every blob DST lacks is hardlinked (same filesystem) or copied into the staging
+   folder ``DST/.ikdata-import/`` (fsynced);
+2. the bytes each changed file gains (new rows, new receipts, new definition files)
+   are staged there too;
+3. ``journal.json`` is written atomically: the commit point;
+4. the journal is rolled forward: blobs are renamed into ``blob/sha256/``, the staged
+   lines are appended to each JSONL file by an atomic rewrite, new definition files
+   are renamed into place, the manifest is rewritten with SRC as a parent;
+5. the staging folder is removed.
+
+A kill before step 3 leaves DST's tracked files exactly as they were (the staging
+folder is ignored and removed by the next import or gc). A kill after step 3 is
+**rolled forward** by the next ``ikdata import`` or ``ikdata gc`` of DST
+(:func:`recover`): each journal step is idempotent, and a JSONL file is only
+extended, so lines a capture appended meanwhile are kept.
+
+For tests, ``IKDATA_TEST_CRASH_AT=<point>`` kills the process (SIGKILL) at a named
+point: ``blobs-staged``, ``files-staged``, ``journal-written``, ``rolled-partly``,
+``manifest-written``. It is read only here, and only at those points.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import orjson
+
+from ikdata import manifest
+from ikdata.dataset import detect_layout, IKDATA
+from ikdata.digest import bytes_digest
+from ikdata.errors import StoreError, UsageError
+from ikdata.foreign import LeftOut
+from ikdata.locking import LOCK_FILE, dataset_lock
+from ikdata.merge_plan import ImportPlan, plan_import, raise_refusals
+from ikdata.safetensors_format import encode_header
+from ikdata.store import blob_path, write_atomic
+
+STAGING = ".ikdata-import"
+JOURNAL = "journal.json"
+CRASH_ENV = "IKDATA_TEST_CRASH_AT"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import did (or, with ``dry_run``, would do).
+
+    Attributes:
+        added: uuids of the workloads brought in.
+        skipped: uuids DST already held with the same content.
+        refused: workloads that stop the import (unvalidated), with reasons; non-empty
+            only in a dry run, since a real import raises instead.
+        left_out: workloads left out on purpose (``only_passed``, ``random`` inputs).
+        conflicts: messages of conflicts (dry run only; a real import raises MergeConflict).
+        definitions_added: DST paths of new definition files.
+        blobs_linked, blobs_copied: blobs brought in by hardlink or by copy.
+        blobs_present: blobs DST already held (neither copied nor rehashed).
+        bytes_in: bytes of tensor data brought in.
+        dataset_id: DST's id afterwards (None in a dry run).
+        parent_id: SRC's id, now a parent of DST.
+    """
+
+    src: str
+    dst: str
+    added: tuple[str, ...]
+    skipped: tuple[str, ...]
+    refused: tuple[LeftOut, ...]
+    left_out: tuple[LeftOut, ...]
+    conflicts: tuple[str, ...]
+    definitions_added: tuple[str, ...]
+    blobs_linked: int
+    blobs_copied: int
+    blobs_present: int
+    bytes_in: int
+    dataset_id: str | None
+    parent_id: str
+    dry_run: bool
+
+    def to_dict(self) -> dict:
+        return {"src": self.src, "dst": self.dst, "dry_run": self.dry_run, "added": list(self.added),
+                "skipped": list(self.skipped), "refused": [r.to_dict() for r in self.refused],
+                "left_out": [r.to_dict() for r in self.left_out], "conflicts": list(self.conflicts),
+                "definitions_added": list(self.definitions_added), "blobs_linked": self.blobs_linked,
+                "blobs_copied": self.blobs_copied, "blobs_present": self.blobs_present,
+                "bytes_in": self.bytes_in, "dataset_id": self.dataset_id, "parent_id": self.parent_id}
+
+
+def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: bool = False,
+                   dry_run: bool = False, how: str = "import", source: str | None = None,
+                   definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False) -> ImportResult:
+    """Merge the validated workloads of SRC into DST, all or nothing.
+
+    Args:
+        src: the dataset to import (ikdata, seed or FlashInfer Trace layout); never written.
+        dst: the ikdata dataset to merge into; created if it does not exist.
+        only_passed: import the validated subset and list the rest in ``left_out``
+            instead of refusing the whole import.
+        dry_run: plan only; write nothing (not even DST's folder).
+        how: how DST's manifest records SRC as a parent ("import", "pull").
+        source: where SRC came from, for the parent record (default: SRC's path).
+        definitions: extra definition folders (the seed layout needs them).
+        keep_random: keep FlashInfer rows with ``random`` inputs, without expected output.
+
+    Returns:
+        An :class:`ImportResult`.
+
+    Raises:
+        MergeConflict: a uuid or a definition name with different content in SRC and DST.
+        ProblemsFound: SRC is not fully validated, inconsistent, or has a corrupt blob.
+        UsageError: SRC is DST, or DST is not an ikdata dataset.
+
+    Example:
+        >>> result = import_dataset("runs/host-a", "shared/gemm")
+        >>> len(result.added), result.dataset_id
+    """
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise UsageError(f"{src}: no such dataset folder")
+    if dst.exists() and src.resolve() == dst.resolve():
+        raise UsageError(f"{src}: SRC and DST are the same folder")
+    empty = not dst.exists() or all(p.name == LOCK_FILE for p in dst.iterdir())
+    if not empty and detect_layout(dst) != IKDATA:
+        raise UsageError(f"{dst}: DST is not an ikdata dataset; import into an ikdata dataset or a new folder")
+    hop = {"how": how, "source": source or str(src), "at": time.time()}
+    if dry_run:
+        plan = plan_import(src, dst, only_passed=only_passed, definitions=definitions, keep_random=keep_random,
+                           hop=hop)
+        return _result(plan, src, dst, dry_run=True)
+    if empty:
+        from ikdata.layout import init_dataset
+
+        init_dataset(dst)
+    with dataset_lock(dst, exclusive=True):
+        recover(dst, locked=True)
+        plan = plan_import(src, dst, only_passed=only_passed, definitions=definitions, keep_random=keep_random,
+                           hop=hop)
+        raise_refusals(plan)
+        if plan.is_noop:
+            return _result(plan, src, dst, dataset_id=manifest.current_id(dst))
+        parent = {"id": plan.source.dataset_id, **hop}
+        linked, copied = _stage_and_commit(plan, dst, parent)
+        dataset_id = _roll_forward(dst)
+    return _result(plan, src, dst, linked=linked, copied=copied, dataset_id=dataset_id)
+
+
+def _result(plan: ImportPlan, src: Path, dst: Path, *, dry_run: bool = False, linked: int = 0, copied: int = 0,
+            dataset_id: str | None = None) -> ImportResult:
+    return ImportResult(str(src), str(dst), tuple(plan.added), tuple(plan.skipped), tuple(plan.refused),
+                        tuple(plan.left_out), tuple(plan.conflicts), tuple(plan.definitions),
+                        linked, copied, plan.blobs_present, plan.bytes_in, dataset_id,
+                        plan.source.dataset_id, dry_run)
+
+
+def _crash_point(name: str) -> None:
+    """Test hook: SIGKILL this process at a named point when IKDATA_TEST_CRASH_AT names it."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict) -> tuple[int, int]:
+    """Steps 1-3: stage blobs and new bytes, then write the journal (the commit point)."""
+    staging = dst / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "blob").mkdir(parents=True)
+    steps: list[dict] = []
+    linked = copied = 0
+    for digest, tensor in plan.blobs.items():
+        staged = staging / "blob" / f"{digest}.safetensors"
+        if tensor.canonical and _try_link(tensor.path, staged):
+            linked += 1
+        elif tensor.canonical:
+            write_atomic(staged, _chunks(tensor.path, 0, None))
+            copied += 1
+        else:  # a tensor inside another file: write it as a one-tensor canonical blob
+            entry = tensor.entry
+            write_atomic(staged, [encode_header(entry.dtype, entry.shape, entry.nbytes),
+                                  *_chunks(tensor.path, entry.start, entry.end)])
+            copied += 1
+        steps.append({"kind": "blob", "staged": staged.relative_to(dst).as_posix(), "target": blob_path(digest)})
+    _crash_point("blobs-staged")
+    appends = dict(plan.rows)
+    if plan.receipts:
+        appends["receipts.jsonl"] = plan.receipts
+    for number, (target, records) in enumerate(sorted(appends.items())):
+        payload = b"".join(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n" for r in records)
+        staged = staging / f"append-{number}.part"
+        write_atomic(staged, [payload])
+        base = (dst / target).read_bytes() if (dst / target).is_file() else b""
+        steps.append({"kind": "append", "staged": staged.relative_to(dst).as_posix(), "target": target,
+                      "base_size": len(base), "base_digest": bytes_digest(base)})
+    for number, (target, data) in enumerate(sorted(plan.definitions.items())):
+        staged = staging / f"definition-{number}.part"
+        write_atomic(staged, [data])
+        steps.append({"kind": "create", "staged": staged.relative_to(dst).as_posix(), "target": target})
+    _crash_point("files-staged")
+    write_atomic(staging / JOURNAL, [orjson.dumps({"format": "ikdata-import-journal/1", "parent": parent,
+                                                   "steps": steps})])
+    _crash_point("journal-written")
+    return linked, copied
+
+
+def _try_link(path: Path, staged: Path) -> bool:
+    try:
+        os.link(path, staged)
+        return True
+    except OSError:  # another filesystem (EXDEV), or links not allowed: copy instead
+        return False
+
+
+def _chunks(path: Path, start: int, end: int | None, size: int = 1 << 22):
+    with open(path, "rb") as stream:
+        stream.seek(start)
+        left = None if end is None else end - start
+        while left is None or left > 0:
+            chunk = stream.read(size if left is None else min(size, left))
+            if not chunk:
+                break
+            if left is not None:
+                left -= len(chunk)
+            yield chunk
+
+
+def recover(dst: str | os.PathLike, *, locked: bool = False) -> str | None:
+    """Finish an import that was killed: roll a committed journal forward, drop uncommitted staging.
+
+    Returns:
+        "rolled-forward", "discarded", or None when there was nothing to recover.
+    """
+    dst = Path(dst)
+    staging = dst / STAGING
+    if not staging.exists():
+        return None
+    if not locked:
+        with dataset_lock(dst, exclusive=True):
+            return recover(dst, locked=True)
+    if (staging / JOURNAL).is_file():
+        _roll_forward(dst)
+        return "rolled-forward"
+    shutil.rmtree(staging, ignore_errors=True)
+    return "discarded"
+
+
+def _roll_forward(dst: Path) -> str:
+    """Step 4-5: apply every journal step (each idempotent), write the manifest, remove staging."""
+    staging = dst / STAGING
+    journal = orjson.loads((staging / JOURNAL).read_bytes())
+    for number, step in enumerate(journal["steps"]):
+        staged, target = dst / step["staged"], dst / step["target"]
+        if step["kind"] == "blob":
+            if staged.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists():
+                    staged.unlink()
+                else:
+                    os.replace(staged, target)
+        elif step["kind"] == "append":
+            _apply_append(dst, step)
+        elif step["kind"] == "create" and staged.exists():
+            data = staged.read_bytes()
+            if target.exists() and target.read_bytes() != data:
+                raise StoreError(f"{target}: cannot finish the interrupted import, the file changed meanwhile; "
+                                 f"remove {staging} to abandon it", path=str(target))
+            write_atomic(target, [data])
+            staged.unlink()
+        if number == 0:
+            _crash_point("rolled-partly")
+    parent = journal["parent"]
+    held = manifest.read(dst) or {}
+    recorded = any(p["id"] == parent["id"] and p["at"] == parent["at"] for p in held.get("parents", []))
+    dataset_id = manifest.write(dst, parent=None if recorded else parent)
+    _crash_point("manifest-written")
+    shutil.rmtree(staging)
+    return dataset_id
+
+
+def _apply_append(dst: Path, step: dict) -> None:
+    staged, target = dst / step["staged"], dst / step["target"]
+    payload = staged.read_bytes()
+    current = target.read_bytes() if target.is_file() else b""
+    base = step["base_size"]
+    if len(current) < base or bytes_digest(current[:base]) != step["base_digest"]:
+        raise StoreError(f"{target}: cannot finish the interrupted import, the file was rewritten meanwhile; "
+                         f"remove {dst / STAGING} to abandon the import, then run it again", path=str(target))
+    if current[base:base + len(payload)] == payload:
+        return  # already applied
+    # Lines a capture appended after the kill stay; the import's lines go after them.
+    tail = current[base:]
+    if tail and not tail.endswith(b"\n"):
+        tail += b"\n"
+    write_atomic(target, [current[:base], tail, payload])
+
+
+__all__ = ["ImportResult", "import_dataset", "recover", "STAGING", "CRASH_ENV"]

@@ -1,0 +1,376 @@
+"""Plan an import without writing anything: the validation gate, conflicts, and blob verification.
+
+The plan says which rows, receipts, definitions and blobs an import brings into
+DST, which it skips (DST already holds them), which it leaves out (``--only-passed``,
+``random`` inputs) and what refuses it. Every blob DST lacks is rehashed here, so a
+corrupt SRC is found before the first byte is written.
+
+The gate: a workload with expected outputs is admitted only with a trustworthy
+passing validation, taken from SRC's replay report (or, if the report has no case
+for it, from the ``validation`` its receipt already carries from an earlier import).
+"Trustworthy" is recomputed, never read off a status field:
+:func:`ikdata.replay.verify.recheck` re-judges the recorded metrics against the
+tolerance, and the case's ``input_digests``/``expected_digests`` must name exactly the
+tensors of this row and receipt. A seed report has no metrics or digests; its cases
+are accepted only as described in :func:`_seed_reasons`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+
+from ikdata import jsonl, schema
+from ikdata.dataset import RECEIPTS, SEED, Dataset
+from ikdata.definitions import (DATASET, SHIPPED, USER, Definition, definition_relpath, read_folder,
+                                workloads_relpath)
+from ikdata.errors import MergeConflict, ProblemsFound
+from ikdata.foreign import LeftOut, Source, TensorSource, inside, read_source
+from ikdata.problems import Problem
+from ikdata.records import WorkloadRow
+from ikdata.replay.tolerances import DEFAULT_TOLERANCES
+from ikdata.replay.verify import recheck
+from ikdata.store import BlobStore, digest_from_path, rehash_files
+
+# The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
+SEED_TOLERANCES = {k: DEFAULT_TOLERANCES[k] for k in ("bfloat16", "float32")}
+
+
+@dataclass
+class ImportPlan:
+    """Everything an import would do, computed read-only."""
+
+    source: Source
+    dst: Path
+    rows: dict[str, list[dict]] = field(default_factory=dict)          # DST workloads file -> new rows
+    receipts: list[dict] = field(default_factory=list)                 # new receipts (validation attached)
+    definitions: dict[str, bytes] = field(default_factory=dict)        # DST path -> file bytes
+    blobs: dict[str, TensorSource] = field(default_factory=dict)       # digest -> bytes to bring in
+    blobs_present: int = 0
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    refused: list[LeftOut] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    conflict_paths: list[str] = field(default_factory=list)
+    dst_parents: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(_nbytes(t) for t in self.blobs.values())
+
+    @property
+    def is_noop(self) -> bool:
+        """Nothing to write, and SRC is already a parent of DST."""
+        return not (self.rows or self.receipts or self.definitions or self.blobs) and \
+            self.source.dataset_id in self.dst_parents
+
+
+def _nbytes(tensor: TensorSource) -> int:
+    if tensor.entry is not None:
+        return tensor.entry.nbytes
+    return tensor.path.stat().st_size
+
+
+def _trusted(source: Source, name: str) -> Definition | None:
+    """The definition whose tolerance override may loosen the defaults: trusted ones only."""
+    defn = source.definitions[name]
+    if defn.origin in (SHIPPED, USER):
+        return defn
+    twin = source.trusted.get(name)
+    return defn if twin is not None and twin.digest == defn.digest else None
+
+
+def _seed_reasons(case: dict, report: dict, row: dict, receipt: dict) -> list[str]:
+    """Why a seed-report case cannot be trusted. Seed cases carry ``max_absolute_errors`` only.
+
+    Accepted when: the status is passed; there is one finite error per expected output;
+    the case's axes are the row's; and the report's tolerance table is no looser than the
+    seed's defaults. The bytes are not proven (no digests): the blobs themselves are
+    rehashed, and the user vouches for the definitions by naming them with --definitions.
+    """
+    reasons = []
+    if case.get("status") != "passed":
+        reasons.append(f"status is {case.get('status')!r}")
+    errors = case.get("max_absolute_errors")
+    if not isinstance(errors, list) or len(errors) != len(receipt["expected_output"]):
+        reasons.append(f"expected one max_absolute_errors entry per output "
+                       f"({len(receipt['expected_output'])}), got {errors!r}")
+    elif not all(isinstance(e, (int, float)) and math.isfinite(e) for e in errors):
+        reasons.append(f"max_absolute_errors {errors} are not all finite")
+    if case.get("axes") is not None and case["axes"] != row["workload"]["axes"]:
+        reasons.append(f"the case's axes {case['axes']} are not the row's {row['workload']['axes']}")
+    table = report.get("tolerances") or {}
+    for dtype, default in SEED_TOLERANCES.items():
+        used = table.get(dtype)
+        if not isinstance(used, dict) or any(float(used.get(k, math.inf)) > v for k, v in default.items()):
+            reasons.append(f"the report's {dtype} tolerance {used} is looser than the seed default {default}")
+    return reasons
+
+
+def _digest_reasons(case: dict, row: dict, receipt: dict) -> list[str]:
+    """The case must be about exactly these bytes: its digests name this row's and receipt's tensors."""
+    reasons = []
+    for key, descriptors in (("input_digests", row["workload"]["inputs"]),
+                             ("expected_digests", receipt["expected_output"])):
+        wanted = {n: digest_from_path(d["path"]) for n, d in descriptors.items() if d["type"] == "safetensors"}
+        if case.get(key) != wanted:
+            reasons.append(f"the case's {key} {case.get(key)} do not name this workload's tensors {wanted}")
+    return reasons
+
+
+def validation_record(case: dict, report: dict, *, report_name: str | None, report_digest: str | None,
+                      seed: bool = False) -> dict:
+    """The ``validation`` an import attaches to a receipt (``schemas/validation.schema.json``).
+
+    It keeps what a later import needs to recheck it: metrics, per-output tolerance,
+    the default table, and the digests judged.
+    """
+    record: dict[str, Any] = {
+        "status": case["status"],
+        "metrics": case.get("metrics"),
+        "tolerance": case.get("tolerance"),
+        "tolerances": report.get("tolerances"),
+        "device": case.get("device") or report.get("device"),
+        "device_name": report.get("device_name"),
+        "torch": case.get("torch") or report.get("torch"),
+        "ikdata_version": report.get("ikdata_version"),
+        "input_digests": case.get("input_digests"),
+        "expected_digests": case.get("expected_digests"),
+        "reference_digest": case.get("reference_digest"),
+        "finished_at": report.get("finished_at"),
+        "report": f"{report_name}@{report_digest}" if report_name else None,
+    }
+    if seed:
+        record["metrics"] = {"max_absolute_errors": case.get("max_absolute_errors")}
+        record["basis"] = "seed report: max_absolute_errors only, no digests of the judged bytes"
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def _validation_for(source: Source, uuid: str, row: dict, receipt: dict) -> tuple[dict | None, list[str]]:
+    """The validation to attach and the reasons it cannot be trusted (empty: admitted)."""
+    cases = source.cases.get(uuid)
+    report = source.report
+    if not cases:
+        inherited = receipt.get("validation")
+        if inherited is None:
+            return None, ["the replay report has no case for it" if report else "SRC has no replay report"]
+        cases, report = [inherited], {"tolerances": inherited.get("tolerances") or {},
+                                      "device": inherited.get("device", ""), "torch": inherited.get("torch", "")}
+        if inherited.get("basis", "").startswith("seed report"):
+            return None, ["its only validation is a seed report's, which a later import cannot recompute"]
+    reasons: list[str] = []
+    if report is source.report:
+        found = schema.check("report", dict(report, cases=cases), path=source.report_name or "report")
+        if found:
+            return None, [f"the report's case is malformed: {p.pointer} {p.message}" for p in found]
+    seed = source.layout == SEED and all("metrics" not in c for c in cases)
+    for case in cases:
+        if case.get("definition") not in (None, row["definition"]):
+            reasons.append(f"the case is for definition {case.get('definition')!r}, not {row['definition']!r}")
+        if seed:
+            reasons += _seed_reasons(case, report, row, receipt)
+        else:
+            reasons += (recheck(case, report, definition=_trusted(source, row["definition"]))
+                        or _digest_reasons(case, row, receipt))
+    if reasons:
+        return None, reasons
+    record = cases[-1] if report is not source.report else validation_record(
+        cases[-1], report, report_name=source.report_name, report_digest=source.report_digest, seed=seed)
+    return record, []
+
+
+def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: bool = False,
+                definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False,
+                hop: dict | None = None) -> ImportPlan:
+    """Decide everything an import does, reading SRC and DST only.
+
+    ``hop`` (``how``, ``source``, ``at``) is recorded, with SRC's id as ``from``, in each new
+    receipt's ``imports``.
+
+    Raises:
+        ProblemsFound: SRC is unreadable or inconsistent (bad records, a stale manifest,
+            a corrupt blob).
+        MergeConflict: never; conflicts are collected in ``plan.conflicts`` so a dry run
+            can show them. :func:`ikdata.merge.import_dataset` raises them.
+    """
+    dst = Path(dst)
+    dst_rows, dst_receipts, dst_defs = _read_dst(dst)
+    source = read_source(src, definitions=definitions, keep_random=keep_random,
+                         known={uuid: raw for uuid, (raw, _) in dst_rows.items()}, known_receipts=dst_receipts)
+    if source.layout == "ikdata":
+        if _stale_outside_reports(source.root, source.built):
+            source.problems.append(Problem(f"{source.root}/ikdata.json", "the manifest disagrees with the files; run "
+                                           f"'ikdata validate {source.root}' to see how", code="manifest"))
+    for uuid, receipt in source.receipts.items():
+        if uuid not in source.rows and uuid not in source.held and not any(x.uuid == uuid for x in source.left_out):
+            source.problems.append(Problem(str(source.root), f"receipt {uuid} names no workload row", code="receipt"))
+    if source.problems:
+        raise ProblemsFound(source.problems, f"{source.root}: cannot import, SRC has {len(source.problems)} "
+                            f"problem(s); fix them, then run 'ikdata validate {source.root}'")
+    plan = ImportPlan(source, dst, left_out=list(source.left_out))
+    plan.dst_parents = [p["id"] for p in (_manifest_or_empty(dst).get("parents") or [])]
+    import_hop = {"source": str(source.root), "how": "import", "at": 0.0, **(hop or {}), "from": source.dataset_id}
+
+    plan.skipped.extend(source.held)
+    for name in sorted(source.held_definitions & set(source.definitions)):
+        _definition_target(source.definitions[name], dst_defs, plan)  # a changed definition is a conflict
+    for uuid in source.held:
+        receipt = source.receipts.get(uuid)
+        if receipt is not None and uuid in dst_receipts and _normal(dst_receipts[uuid]) != receipt["expected_output"]:
+            plan.conflicts.append(f"uuid {uuid}: SRC and DST receipts name different expected outputs")
+            plan.conflict_paths.append(RECEIPTS)
+    for uuid, row in source.rows.items():
+        receipt = source.receipts.get(uuid)
+        if uuid in dst_rows:
+            held, where = dst_rows[uuid]
+            if held != row and WorkloadRow.from_dict(held).to_dict() != row:
+                plan.conflicts.append(f"uuid {uuid}: SRC {source.where[uuid]} and DST {where} hold different rows")
+                plan.conflict_paths.append(where.rsplit(":", 1)[0])
+                continue
+            old = dst_receipts.get(uuid)
+            if receipt is not None and old is not None and _normal(old) != receipt.get("expected_output"):
+                plan.conflicts.append(f"uuid {uuid}: SRC and DST receipts name different expected outputs")
+                plan.conflict_paths.append(RECEIPTS)
+                continue
+            plan.skipped.append(uuid)
+            continue
+        new_receipt = None
+        if receipt is not None:
+            new_receipt = {k: v for k, v in receipt.items() if k not in ("validation", "imports")}
+            if receipt["expected_output"]:
+                validation, reasons = _validation_for(source, uuid, row, receipt)
+                if reasons:
+                    (plan.left_out if only_passed else plan.refused).append(
+                        LeftOut(uuid, row["definition"], "; ".join(reasons)))
+                    continue
+                new_receipt["validation"] = validation
+            new_receipt["imports"] = list(receipt.get("imports") or []) + [dict(import_hop)]
+        defn = source.definitions[row["definition"]]
+        target = _definition_target(defn, dst_defs, plan)
+        if target is None:
+            continue
+        plan.rows.setdefault(workloads_relpath(defn.name, target), []).append(row)
+        if new_receipt is not None:
+            plan.receipts.append(new_receipt)
+        plan.added.append(uuid)
+    _plan_blobs(plan, dst)
+    return plan
+
+
+def _definition_target(defn: Definition, dst_defs: dict[str, Definition], plan: ImportPlan) -> str | None:
+    """The op_type folder DST keeps this definition in; records a conflict or a new file."""
+    held = dst_defs.get(defn.name)
+    if held is None:
+        path = definition_relpath(defn)
+        if path not in plan.definitions:
+            plan.definitions[path] = orjson.dumps(dict(defn.record), option=orjson.OPT_SORT_KEYS) + b"\n"
+        return defn.op_type
+    if held.digest != defn.digest:
+        message = (f"definition {defn.name!r}: SRC {defn.source or 'definitions'} differs from DST {held.source}; "
+                   "rename one of them or reconcile them")
+        if message not in plan.conflicts:
+            plan.conflicts.append(message)
+            plan.conflict_paths.append(held.source)
+        return None
+    return held.op_type
+
+
+def _plan_blobs(plan: ImportPlan, dst: Path) -> None:
+    """Every blob the new rows and receipts need: present in DST, or rehashed and brought in."""
+    store = BlobStore(dst)
+    needed: set[str] = set()
+    for rows in plan.rows.values():
+        for row in rows:
+            needed.update(digest_from_path(d["path"]) for d in row["workload"]["inputs"].values()
+                          if d["type"] == "safetensors")
+    for receipt in plan.receipts:
+        needed.update(digest_from_path(d["path"]) for d in receipt["expected_output"].values())
+    unread = []
+    for digest in sorted(needed):
+        if store.has(digest):
+            plan.blobs_present += 1  # neither copied nor rehashed
+            continue
+        tensor = plan.source.tensors[digest]
+        plan.blobs[digest] = tensor
+        if tensor.entry is None:
+            unread.append(digest)
+    problems = []
+    for digest, check in zip(unread, rehash_files([plan.source.tensors[d].path for d in unread])):
+        rel = os.path.relpath(check.path, plan.source.root)
+        reason = inside(plan.source.root, Path(check.path))
+        if reason:
+            problems.append(Problem(rel, reason, code="unsafe-path"))
+        elif check.error:
+            problems.append(Problem(rel, f"unreadable blob: {check.error}", code="bad-blob"))
+        elif len(check.digests) != 1 or check.digests[0] != digest:
+            problems.append(Problem(rel, f"content digest is {list(check.digests)}, but the file is named by "
+                                    f"{digest}: the blob is corrupt; restore it from its source", code="digest-mismatch"))
+        else:
+            tensor = plan.source.tensors[digest]
+            plan.blobs[digest] = TensorSource(tensor.path, tensor.tensor_key, tensor.canonical, check.entries[0])
+    if problems:
+        raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} corrupt blob(s); nothing was imported")
+
+
+def _manifest_or_empty(dst: Path) -> dict:
+    from ikdata.manifest import read
+
+    return (read(dst) or {}) if dst.is_dir() else {}
+
+
+def _normal(expected: dict) -> dict:
+    """Expected outputs as ikdata writes descriptors (for comparing with a converted SRC receipt)."""
+    return {k: {"type": "safetensors", "path": v["path"], "tensor_key": v["tensor_key"]}
+            if v.get("type") == "safetensors" else v for k, v in expected.items()}
+
+
+def _stale_outside_reports(root: Path, built: dict) -> bool:
+    """SRC's manifest disagrees with its files other than reports (replay writes a report, not the manifest)."""
+    from ikdata.manifest import read
+
+    held = read(root)
+    if held is None:
+        return False
+    held, built = dict(held), dict(built)
+    for manifest in (held, built):
+        manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("reports/")}
+    return held != built
+
+
+def _read_dst(dst: Path) -> tuple[dict[str, tuple[dict, str]], dict[str, dict], dict[str, Definition]]:
+    """DST's rows (uuid -> (row as written, file:line)), receipts' expected outputs, and definitions."""
+    rows: dict[str, tuple[dict, str]] = {}
+    receipts: dict[str, dict] = {}
+    if not dst.is_dir():
+        return rows, receipts, {}
+    defs, _ = read_folder(dst / "definitions", origin=DATASET, display_root=dst) \
+        if (dst / "definitions").is_dir() else ({}, [])
+    ds = Dataset(dst, "ikdata")
+    for path in ds.workload_files():
+        for line, record in jsonl.read(path).records:
+            rows.setdefault(record["workload"]["uuid"], (record, f"{ds.rel(path)}:{line}"))
+    if (dst / RECEIPTS).is_file():
+        for _, record in jsonl.read(dst / RECEIPTS).records:
+            receipts.setdefault(record["uuid"], record.get("expected_output") or {})
+    return rows, receipts, defs
+
+
+def raise_refusals(plan: ImportPlan) -> None:
+    """Raise what refuses the import: conflicts first (MergeConflict), then unvalidated workloads."""
+    if plan.conflicts:
+        shown = plan.conflicts[:20] + ([f"... and {len(plan.conflicts) - 20} more"] if len(plan.conflicts) > 20 else [])
+        raise MergeConflict(f"{plan.source.root} -> {plan.dst}: {len(plan.conflicts)} conflict(s); nothing was "
+                            "written:\n  " + "\n  ".join(shown), paths=plan.conflict_paths)
+    if plan.refused:
+        problems = [Problem(plan.source.where.get(r.uuid, str(plan.source.root)),
+                            f"workload {r.uuid} ({r.definition}) is not validated: {r.reason}", code="unvalidated")
+                    for r in plan.refused]
+        raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} workload(s) are not validated, so "
+                            "nothing was imported; replay them ('ikdata replay SRC'), or pass --only-passed "
+                            "to import the passing subset")

@@ -1,0 +1,277 @@
+"""Backends: one small interface over the places a dataset can be published.
+
+Remote layout (the same on every backend)::
+
+    PREFIX/ikdata.json                           the manifest: the commit marker, written last, conditionally
+    PREFIX/blob/sha256/<d[:2]>/<digest>.safetensors   blobs, named by their tensor digest (immutable)
+    PREFIX/files/sha256/<s[:2]>/<sha256>         definition, row, receipt and report files, named by the
+                                                 sha256 of their bytes (immutable); the manifest's
+                                                 ``files`` map gives each its dataset path
+
+Every object except the manifest is named by its content, so two pushers can
+never overwrite each other's objects; only the manifest is contested, and each
+backend writes it with a compare-and-swap (:meth:`Backend.publish_manifest`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from ikdata.errors import RemoteError
+from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload, run_parallel
+from ikdata.remote.url import RemoteOptions, RemoteURL, parse_url, resolve_options
+
+MANIFEST = "ikdata.json"
+BLOB_PREFIX = "blob/"
+FILES_PREFIX = "files/"
+
+
+def file_object(sha256: str) -> str:
+    """The remote path of a small file with this sha256."""
+    return f"files/sha256/{sha256[:2]}/{sha256}"
+
+
+@dataclass(frozen=True)
+class ManifestState:
+    """The remote manifest as read: its bytes (None when there is none) and a generation token.
+
+    The token is what the conditional write compares against: an S3 ETag, a Hub
+    commit sha, or the sha256 of the bytes for file and memory remotes.
+    """
+
+    data: bytes | None
+    token: str | None
+
+
+class PublishConflict(RemoteError):
+    """The remote manifest changed since it was read; the publish did not happen."""
+
+
+class Backend:
+    """What push, pull and the read-only views need from a remote."""
+
+    def __init__(self, remote: RemoteURL) -> None:
+        self.remote = remote
+        self.url = remote.url
+
+    def prepare_push(self) -> None:
+        """Make the remote ready to receive (create a folder or a Hub repo); S3 buckets must exist."""
+
+    def read_manifest(self) -> ManifestState:
+        raise NotImplementedError
+
+    def list_objects(self, prefix: str) -> dict[str, int]:
+        """Every object under ``prefix`` as {path: size}, from one (paginated) listing."""
+        raise NotImplementedError
+
+    def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
+               progress: ProgressCallback | None = None) -> None:
+        raise NotImplementedError
+
+    def fetch(self, rel: str, dest: Path) -> None:
+        """Download one object into the file ``dest`` (overwritten)."""
+        raise NotImplementedError
+
+    def read(self, rel: str, *, start: int | None = None, end: int | None = None) -> bytes:
+        raise NotImplementedError
+
+    def publish_manifest(self, data: bytes, base: ManifestState) -> None:
+        """Write the manifest if the remote one is still ``base``.
+
+        Raises:
+            PublishConflict: another writer changed the manifest first; nothing was written.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def fail(self, message: str) -> RemoteError:
+        return RemoteError(message, url=self.url)
+
+
+# Publishes to memory:// remotes are serialised by this lock: the memory filesystem is one
+# process-wide store, so a process-wide lock is the exact scope of its compare-and-swap.
+_MEMORY_PUBLISH = threading.Lock()
+
+
+class FsspecBackend(Backend):
+    """Any fsspec filesystem; file and memory remotes get a real compare-and-swap of the manifest."""
+
+    def __init__(self, remote: RemoteURL, fs: Any, root: str) -> None:
+        super().__init__(remote)
+        self.fs, self.root = fs, root.rstrip("/")
+
+    def _path(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if self.root else rel
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except RemoteError:
+            raise
+        except Exception as exc:  # fsspec backends raise their own error types; name them, keep the cause
+            raise self.translate(exc, what) from exc
+
+    def translate(self, exc: Exception, what: str) -> RemoteError:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return self.fail(f"cannot {what}: {reason}")
+
+    def prepare_push(self) -> None:
+        with self._errors("create the remote folder"):
+            self.fs.makedirs(self.root, exist_ok=True)
+
+    def read_manifest(self) -> ManifestState:
+        with self._errors("read the manifest"):
+            try:
+                data = self.fs.cat_file(self._path(MANIFEST))
+            except FileNotFoundError:
+                return ManifestState(None, None)
+        return ManifestState(data, hashlib.sha256(data).hexdigest())
+
+    def list_objects(self, prefix: str) -> dict[str, int]:
+        base = self._path(prefix.rstrip("/"))
+        with self._errors(f"list {prefix}"):
+            try:
+                found = self.fs.find(base, detail=True)
+            except FileNotFoundError:
+                return {}
+        strip = self.fs._strip_protocol(self.root).rstrip("/") + "/"
+        listed = {}
+        for name, info in found.items():
+            name = self.fs._strip_protocol(name)
+            if info.get("type", "file") != "file" or not name.startswith(strip):
+                continue
+            rel = name[len(strip):]
+            if os.path.basename(rel).startswith(".tmp-"):
+                continue
+            listed[rel] = int(info.get("size") or 0)
+        return listed
+
+    def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
+               progress: ProgressCallback | None = None) -> None:
+        with self._errors("upload"):
+            run_parallel("upload", items, self._upload_one, size_of=lambda u: u.size, jobs=jobs,
+                         progress=progress)
+
+    def _upload_one(self, item: Upload) -> None:
+        target = self._path(item.rel)
+        if self.remote.protocol == "file":
+            # A local remote gets the same temp-file-and-rename as a dataset, so a killed push
+            # never leaves a half-written object under its final name.
+            from ikdata.store import write_atomic
+
+            if isinstance(item.source, bytes):
+                write_atomic(Path(target), [item.source])
+            else:
+                with open(item.source, "rb") as stream:
+                    write_atomic(Path(target), iter(lambda: stream.read(1 << 20), b""))
+            return
+        if isinstance(item.source, bytes):
+            self.fs.pipe_file(target, item.source)
+        else:
+            self.fs.put_file(str(item.source), target)
+
+    def fetch(self, rel: str, dest: Path) -> None:
+        with self._errors(f"download {rel}"):
+            self.fs.get_file(self._path(rel), str(dest))
+
+    def read(self, rel: str, *, start: int | None = None, end: int | None = None) -> bytes:
+        with self._errors(f"read {rel}"):
+            return self.fs.cat_file(self._path(rel), start=start, end=end)
+
+    def publish_manifest(self, data: bytes, base: ManifestState) -> None:
+        with self._errors("write the manifest"), self._publish_lock():
+            current = self.read_manifest()
+            if current.token != base.token:
+                raise PublishConflict("the remote manifest changed while pushing", url=self.url)
+            if self.remote.protocol == "file":
+                from ikdata.store import write_atomic
+
+                write_atomic(Path(self._path(MANIFEST)), [data])
+            else:
+                self.fs.pipe_file(self._path(MANIFEST), data)
+
+    @contextlib.contextmanager
+    def _publish_lock(self) -> Iterator[None]:
+        if self.remote.protocol == "file":
+            # flock: released by the kernel if the pusher dies, so a killed push never wedges the remote.
+            os.makedirs(self.root, exist_ok=True)
+            fd = os.open(os.path.join(self.root, ".ikdata-publish.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+        elif self.remote.protocol == "memory":
+            with _MEMORY_PUBLISH:
+                yield
+        else:  # other fsspec filesystems offer no conditional write: check-then-put, documented as such
+            yield
+
+
+def open_backend(url: str | os.PathLike, options: RemoteOptions | None = None) -> Backend:
+    """The backend for a URL, configured from ``options`` and the environment.
+
+    Raises:
+        RemoteError: the filesystem's package is missing or the remote cannot be configured.
+        UsageError: a malformed URL.
+
+    Example:
+        >>> with open_backend("memory://share/gemm") as backend:
+        ...     backend.read_manifest().data is None
+        True
+    """
+    remote = parse_url(url)
+    options = resolve_options(options, remote)
+    if remote.protocol == "hf":
+        from ikdata.remote.hub import HubBackend
+
+        return HubBackend(remote, options)
+    if remote.protocol == "s3":
+        from ikdata.remote.s3 import S3Backend
+
+        return S3Backend(remote, options)
+    import fsspec
+
+    try:
+        fs = fsspec.filesystem(remote.protocol, skip_instance_cache=True) if remote.protocol != "file" \
+            else fsspec.filesystem("file")
+    except (ImportError, ValueError) as exc:
+        raise RemoteError(f"no filesystem for {remote.protocol}:// ({exc}); install the fsspec package that "
+                          "provides it", url=remote.url) from exc
+    return FsspecBackend(remote, fs, remote.path)
+
+
+def copy_into(source: Path, dest: Path) -> None:
+    """Hard-link ``source`` to ``dest`` (same filesystem), else copy it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, dest)
+    except FileExistsError:
+        pass
+    except OSError:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
+        os.close(fd)
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, dest)
+
+
+__all__ = ["Backend", "FsspecBackend", "ManifestState", "PublishConflict", "open_backend", "file_object",
+           "MANIFEST", "BLOB_PREFIX", "FILES_PREFIX", "copy_into"]

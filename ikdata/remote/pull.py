@@ -1,0 +1,322 @@
+"""Pull and clone: fetch what the local dataset lacks, verify every byte, then let it in.
+
+A remote snapshot is assembled in a staging folder beside the target
+(``.ikdata-pull-<name>-<id>``): every small file is checked against the sha256 the
+manifest gives it, every blob is downloaded to a temp file, rehashed and renamed
+only if its tensor digest matches its name. A clone then renames the staging
+folder into place; a pull into a dataset with data merges it with
+:func:`ikdata.merge.import_dataset` (validated, deduped, conflicts refused). The
+staging folder survives an interruption, so a rerun fetches only what is left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ikdata import jsonl
+from ikdata import manifest as manifest_mod
+from ikdata.dataset import check_relative
+from ikdata.errors import RemoteError, UsageError
+from ikdata.manifest import dataset_id
+from ikdata.remote.backend import BLOB_PREFIX, Backend, copy_into, file_object, open_backend
+from ikdata.remote.push import parse_remote_manifest
+from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, run_parallel
+from ikdata.remote.url import RemoteOptions
+from ikdata.store import BLOB_DIR, blob_path, digest_from_path, rehash_file
+
+_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What a pull or clone did.
+
+    Attributes:
+        how: "clone", "pull" (merged into existing data) or "up-to-date".
+        dataset_id: the local dataset's id afterwards.
+        remote_id: the id of the remote dataset that was fetched.
+        blobs_fetched / bytes_fetched: what was downloaded (and verified).
+        blobs_present: blobs the local side already had.
+        files_fetched: definition/row/receipt/report files downloaded.
+        added: workloads a merge brought in (pull into existing data).
+    """
+
+    url: str
+    how: str
+    dataset_id: str
+    remote_id: str
+    blobs_fetched: int = 0
+    bytes_fetched: int = 0
+    blobs_present: int = 0
+    files_fetched: int = 0
+    added: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "how": self.how, "dataset_id": self.dataset_id, "remote_id": self.remote_id,
+                "blobs_fetched": self.blobs_fetched, "bytes_fetched": self.bytes_fetched,
+                "blobs_present": self.blobs_present, "files_fetched": self.files_fetched, "added": self.added}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A verified copy of a remote dataset in a folder."""
+
+    root: Path
+    manifest: dict[str, Any]
+    manifest_data: bytes
+    remote_id: str
+    files_fetched: int
+    blobs_fetched: int
+    bytes_fetched: int
+    blobs_present: int
+
+
+def read_remote(backend: Backend) -> tuple[dict[str, Any], bytes, str]:
+    """The remote manifest, its bytes and its id.
+
+    Raises:
+        RemoteError: no dataset there, or a damaged manifest.
+    """
+    state = backend.read_manifest()
+    if state.data is None:
+        raise backend.fail(f"no ikdata dataset here (no {manifest_mod.MANIFEST}); publish one with "
+                           f"'ikdata push DIR {backend.url}'")
+    manifest = parse_remote_manifest(backend, state.data)
+    return manifest, state.data, dataset_id(manifest)
+
+
+def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, jobs: int = DEFAULT_JOBS) -> int:
+    """Download every file the manifest lists into ``target``, each checked against its sha256.
+
+    Raises:
+        RemoteError: a file is missing on the remote, or its bytes do not match the manifest.
+    """
+    todo = []
+    for path, digest in sorted(manifest["files"].items()):
+        reason = check_relative(path)
+        if reason:
+            raise backend.fail(f"{manifest_mod.MANIFEST} lists an unsafe path: {reason}")
+        dest = target / path
+        if dest.is_file() and _sha256(dest) == digest:
+            continue
+        todo.append((path, digest))
+    listed = backend.list_objects("files/") if todo else {}
+    missing = [path for path, digest in todo if file_object(digest) not in listed]
+    if missing:
+        raise backend.fail(f"{len(missing)} file(s) the manifest lists are missing on the remote: "
+                           f"{_names(missing)}; the remote is damaged, push it again from a complete copy")
+
+    def one(item: tuple[str, str]) -> str | None:
+        path, digest = item
+        data = backend.read(file_object(digest))
+        if hashlib.sha256(data).hexdigest() != digest:
+            return path
+        from ikdata.store import write_atomic
+
+        write_atomic(target / path, [data])
+        return None
+
+    bad = [p for p in run_parallel("download", todo, one, size_of=lambda _: 0, jobs=jobs) if p]
+    if bad:
+        raise backend.fail(f"{len(bad)} file(s) do not match the sha256 the manifest gives them: {_names(bad)}; "
+                           "nothing of them was kept")
+    return len(todo)
+
+
+def referenced_blobs(root: Path) -> set[str]:
+    """Every blob path the rows and receipts under ``root`` name."""
+    found: set[str] = set()
+    files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
+    files += [root / "receipts.jsonl"] if (root / "receipts.jsonl").is_file() else []
+    for path in files:
+        for _, record in jsonl.read(path, display=str(path)).records:
+            descriptors: Iterable[Any] = (record.get("workload") or {}).get("inputs", {}).values()
+            expected = record.get("expected_output") or {}
+            descriptors = [*descriptors, *([expected] if "type" in expected else expected.values())]
+            for d in descriptors:
+                if isinstance(d, dict) and d.get("type") == "safetensors" and isinstance(d.get("path"), str):
+                    found.add(d["path"])
+    return found
+
+
+def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path | None = None,
+                jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None) -> tuple[int, int, int]:
+    """Bring every wanted blob into ``target``, verified; return (fetched, bytes, present).
+
+    Blobs already in ``target`` (from an interrupted run) or in ``have`` (linked) are not downloaded.
+
+    Raises:
+        RemoteError: blobs missing on the remote, or whose bytes do not match their digest;
+            nothing of those is kept, every verified one is.
+    """
+    unsafe = sorted(p for p in wanted if check_relative(p) or digest_from_path(p) is None
+                    or p != blob_path(digest_from_path(p)))
+    if unsafe:
+        raise backend.fail(f"rows name blob paths that are not content-addressed blobs: {_names(unsafe)}")
+    present, todo = 0, []
+    for rel in sorted(wanted):
+        if (target / rel).is_file():
+            present += 1
+        elif have is not None and (have / rel).is_file():
+            copy_into(have / rel, target / rel)
+            present += 1
+        else:
+            todo.append(rel)
+    if not todo:
+        return 0, 0, present
+    listed = backend.list_objects(BLOB_PREFIX)
+    missing = [rel for rel in todo if rel not in listed]
+    todo = [rel for rel in todo if rel in listed]
+
+    def one(rel: str) -> str | None:
+        return _fetch_verified(backend, rel, target / rel)
+
+    failures = run_parallel("download", todo, one, size_of=lambda r: listed[r], jobs=jobs, progress=progress)
+    corrupted = [(rel, why) for rel, why in zip(todo, failures) if why]
+    messages = []
+    if missing:
+        messages.append(f"{len(missing)} blob(s) are missing on the remote: {_names(missing)}")
+    if corrupted:
+        messages.append(f"{len(corrupted)} blob(s) do not match their digest and were refused (nothing of them "
+                        f"was kept): {_names([f'{rel} ({why})' for rel, why in corrupted])}")
+    if messages:
+        raise backend.fail("; ".join(messages) + f". Check the remote with 'ikdata validate {backend.url}'")
+    fetched = len(todo)
+    return fetched, sum(listed[r] for r in todo), present
+
+
+def _fetch_verified(backend: Backend, rel: str, dest: Path) -> str | None:
+    """Download to a temp file beside ``dest``, rehash, rename; the reason it was refused, or None."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
+    os.close(fd)
+    try:
+        backend.fetch(rel, Path(tmp))
+        check = rehash_file(tmp)
+        expected = digest_from_path(rel)
+        if check.error:
+            return check.error
+        if list(check.digests) != [expected]:
+            return f"its tensor digest is {check.digests[0] if check.digests else 'absent'}"
+        with open(tmp, "rb+") as stream:
+            os.fsync(stream.fileno())
+        os.replace(tmp, dest)
+        tmp = ""
+        return None
+    finally:
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def fetch_snapshot(backend: Backend, target: Path, *, have: Path | None = None, jobs: int = DEFAULT_JOBS,
+                   progress: ProgressCallback | None = None) -> Snapshot:
+    """Assemble a verified copy of the remote dataset in ``target`` (which may hold an earlier partial copy)."""
+    manifest, data, remote_id = read_remote(backend)
+    target.mkdir(parents=True, exist_ok=True)
+    files = fetch_files(backend, manifest, target, jobs=jobs)
+    wanted = referenced_blobs(target)
+    fetched, nbytes, present = fetch_blobs(backend, wanted, target, have=have, jobs=jobs, progress=progress)
+    from ikdata.store import write_atomic
+
+    write_atomic(target / manifest_mod.MANIFEST, [data])
+    actual = manifest_mod.blob_set(target)
+    if actual != manifest["blobs"]:
+        # The remote's blob set holds blobs no row names; keep the verified referenced ones and
+        # record the remote as the parent of a manifest that describes what is really here.
+        manifest_mod.write(target, parent={"id": remote_id, "how": "clone", "source": backend.url})
+    return Snapshot(target, manifest, data, remote_id, files, fetched, nbytes, present)
+
+
+def _staging(dest: Path, kind: str, remote_id: str) -> Path:
+    return dest.absolute().parent / f".ikdata-{kind}-{dest.name}-{remote_id[:16]}"
+
+
+def clone(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
+          progress: ProgressCallback | None = None) -> PullResult:
+    """Copy a remote dataset into a new folder, verified; the folder appears only when complete.
+
+    Raises:
+        UsageError: DEST exists and is not empty.
+        RemoteError: no dataset at URL, missing or corrupted remote objects (named).
+
+    Example:
+        >>> clone("s3://team-bucket/gemm", "gemm").dataset_id
+    """
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UsageError(f"{dest}: exists and is not empty; clone into a new folder, or merge with "
+                         f"'ikdata pull {url} {dest}'")
+    with open_backend(url, options) as backend:
+        _, _, remote_id = read_remote(backend)
+        staging = _staging(dest, "clone", remote_id)
+        snap = fetch_snapshot(backend, staging, jobs=jobs, progress=progress)
+    if dest.exists():
+        dest.rmdir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, dest)
+    return PullResult(url, "clone", manifest_mod.current_id(dest) or snap.remote_id, snap.remote_id,
+                      snap.blobs_fetched, snap.bytes_fetched, snap.blobs_present, snap.files_fetched)
+
+
+def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
+         progress: ProgressCallback | None = None) -> PullResult:
+    """Bring a remote dataset into DEST: a clone when DEST is new or empty, else a merge (``ikdata import`` rules).
+
+    Only blobs DEST lacks are downloaded, each verified before it enters.
+
+    Raises:
+        RemoteError: no dataset at URL, missing or corrupted remote objects (named).
+        MergeConflict, ProblemsFound: the merge refuses (conflicting or unvalidated workloads).
+
+    Example:
+        >>> pull("hf://datasets/acme/gemm", "shared/gemm").added
+    """
+    dest = Path(dest)
+    if not dest.exists() or (dest.is_dir() and not any(p.name != ".ikdata.lock" for p in dest.iterdir())):
+        if dest.exists():
+            shutil.rmtree(dest)
+        return clone(url, dest, options=options, jobs=jobs, progress=progress)
+    if not (dest / manifest_mod.MANIFEST).is_file():
+        raise UsageError(f"{dest}: not an ikdata dataset (no {manifest_mod.MANIFEST}); pull into a new folder")
+    from ikdata.merge import import_dataset
+
+    with open_backend(url, options) as backend:
+        _, _, remote_id = read_remote(backend)
+        local_id = manifest_mod.current_id(dest)
+        if local_id == remote_id:
+            return PullResult(url, "up-to-date", local_id, remote_id)
+        staging = _staging(dest, "pull", remote_id)
+        snap = fetch_snapshot(backend, staging, have=dest, jobs=jobs, progress=progress)
+    try:
+        result = import_dataset(staging, dest, how="pull", source=url)
+    except RemoteError:
+        raise
+    except Exception:
+        shutil.rmtree(staging, ignore_errors=True)  # a verified snapshot that cannot merge: nothing to resume
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return PullResult(url, "pull", result.dataset_id or local_id or "", snap.remote_id, snap.blobs_fetched,
+                      snap.bytes_fetched, snap.blobs_present, snap.files_fetched, len(result.added))
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def _names(items: list[str]) -> str:
+    shown = ", ".join(items[:_SHOWN])
+    return shown + (f" ... and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
+
+
+__all__ = ["clone", "pull", "PullResult", "fetch_snapshot", "fetch_files", "fetch_blobs", "referenced_blobs",
+           "read_remote", "BLOB_DIR"]

@@ -1,0 +1,248 @@
+"""Push: send what the remote lacks, blobs first, then the small files, and the manifest last.
+
+The manifest is written with a compare-and-swap against the manifest read at the
+start. A pusher that loses the race re-reads the remote: if the winner's dataset
+is already contained in ours (same files, or rows that are a subset of ours) it
+simply retries; otherwise it merges the winner into the local dataset
+(:func:`ikdata.remote.pull.pull`, the rules of ``ikdata import``) and retries, or
+refuses when the merge conflicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from ikdata import manifest as manifest_mod
+from ikdata import schema
+from ikdata.errors import BlobCorrupted, IkdataError, RemoteError, UsageError
+from ikdata.manifest import dataset_id
+from ikdata.remote.backend import BLOB_PREFIX, FILES_PREFIX, Backend, PublishConflict, file_object, open_backend
+from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload
+from ikdata.remote.url import RemoteOptions
+from ikdata.store import BlobStore, digest_from_path, rehash_file
+
+MAX_ATTEMPTS = 5
+
+# Test hook: a callable run at named points of a push ("blobs-sent", "files-sent", "before-manifest").
+# It lets fault tests stop a real push at a known moment; it is None in normal use.
+_checkpoint: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push did.
+
+    Attributes:
+        url: the remote.
+        dataset_id: the id the remote now holds.
+        published: False when the remote already held this dataset (nothing new was written).
+        blobs_sent / bytes_sent / files_sent: what was uploaded.
+        blobs_present: blobs the remote already had.
+        attempts: manifest writes tried (more than 1 after losing a race).
+        merged: ids of remote datasets merged into the local one before publishing.
+    """
+
+    url: str
+    dataset_id: str
+    published: bool
+    blobs_sent: int
+    bytes_sent: int
+    files_sent: int
+    blobs_present: int
+    attempts: int
+    merged: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "dataset_id": self.dataset_id, "published": self.published,
+                "blobs_sent": self.blobs_sent, "bytes_sent": self.bytes_sent, "files_sent": self.files_sent,
+                "blobs_present": self.blobs_present, "attempts": self.attempts, "merged": list(self.merged)}
+
+
+@dataclass(frozen=True)
+class LocalSnapshot:
+    """The local dataset as its manifest describes it (checked against the files)."""
+
+    root: Path
+    manifest: dict[str, Any]
+    data: bytes
+    dataset_id: str
+    blobs: dict[str, int]
+
+
+def local_snapshot(root: str | os.PathLike) -> LocalSnapshot:
+    """Read the local manifest and check it still describes the files.
+
+    Raises:
+        UsageError: no dataset, no manifest, or changes the manifest does not list.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"{root}: no such dataset folder")
+    path = root / manifest_mod.MANIFEST
+    if not path.is_file():
+        raise UsageError(f"{root}: has no manifest ({manifest_mod.MANIFEST}); run 'ikdata manifest {root}' first")
+    data = path.read_bytes()
+    manifest = manifest_mod.read(root)
+    assert manifest is not None
+    blobs = dict(BlobStore(root).iter_blobs())
+    actual = manifest_mod.build(root)
+    if actual["files"] != manifest["files"] or actual["blobs"] != manifest["blobs"]:
+        changed = sorted(p for p in set(actual["files"]) | set(manifest["files"])
+                         if actual["files"].get(p) != manifest["files"].get(p))
+        what = ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "") if changed else "the blob set"
+        raise UsageError(f"{root}: the manifest does not describe the files ({what} changed); "
+                         f"run 'ikdata manifest {root}' to commit the changes, then push again")
+    return LocalSnapshot(root, manifest, data, dataset_id(manifest), blobs)
+
+
+def parse_remote_manifest(backend: Backend, data: bytes) -> dict[str, Any]:
+    """The remote manifest, checked against its schema.
+
+    Raises:
+        RemoteError: it is not JSON or breaks the manifest schema.
+    """
+    try:
+        manifest = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise backend.fail(f"{manifest_mod.MANIFEST} is not valid JSON ({exc}); the remote is damaged") from exc
+    problems = schema.check("manifest", manifest, path=manifest_mod.MANIFEST)
+    if problems:
+        raise backend.fail(f"{manifest_mod.MANIFEST} breaks manifest.schema.json: {problems[0]}")
+    return manifest
+
+
+def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
+         progress: ProgressCallback | None = None, rebase: bool = True) -> PushResult:
+    """Publish a dataset: missing blobs, then missing small files, then the manifest (conditionally).
+
+    Args:
+        root: the local dataset; its manifest must describe its files.
+        url: the remote (folder, file://, memory://, s3://bucket/prefix, hf://datasets/org/name).
+        options: endpoint, profile, revision, token (flags; the environment fills the rest).
+        jobs: parallel transfers.
+        progress: called with :class:`~ikdata.remote.transfer.Progress` as objects are sent.
+        rebase: merge a remote that holds data the local dataset lacks (else refuse).
+
+    Raises:
+        UsageError: the local dataset has uncommitted changes.
+        RemoteError: the remote cannot be reached, or holds data that cannot be merged.
+        BlobCorrupted: a local blob does not match its digest (nothing of it is sent).
+
+    Example:
+        >>> push("runs/gemm", "s3://team-bucket/gemm").dataset_id
+    """
+    local = local_snapshot(root)
+    merged: list[str] = []
+    with open_backend(url, options) as backend:
+        backend.prepare_push()
+        sent = files_sent = bytes_sent = present = 0
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            base = backend.read_manifest()
+            remote_id = None
+            if base.data is not None:
+                remote_manifest = parse_remote_manifest(backend, base.data)
+                remote_id = dataset_id(remote_manifest)
+                if (remote_id != local.dataset_id and remote_id not in merged
+                        and not _contains(local, remote_manifest, remote_id, backend)):
+                    if not rebase:
+                        raise _diverged(backend, local, remote_id)
+                    # After the merge the local dataset holds the remote's workloads by import's rules
+                    # (deduped by uuid), even when their lines differ (e.g. a validation attached).
+                    _merge_remote(backend, local, remote_id, url, options, jobs)
+                    merged.append(remote_id)
+                    local = local_snapshot(local.root)
+                    continue
+            n, nbytes, present = _send_blobs(backend, local, jobs, progress)
+            sent, bytes_sent = sent + n, bytes_sent + nbytes
+            files_sent += _send_files(backend, local, jobs)
+            if remote_id == local.dataset_id:
+                return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, present, attempt,
+                                  tuple(merged))
+            if _checkpoint:
+                _checkpoint("before-manifest")
+            try:
+                backend.publish_manifest(local.data, base)
+            except PublishConflict:
+                continue
+            return PushResult(url, local.dataset_id, True, sent, bytes_sent, files_sent, present, attempt,
+                              tuple(merged))
+    raise RemoteError(f"gave up after {MAX_ATTEMPTS} attempts: other pushers kept changing the remote "
+                      "manifest; push again", url=url)
+
+
+def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int,
+                progress: ProgressCallback | None) -> tuple[int, int, int]:
+    listed = backend.list_objects(BLOB_PREFIX)
+    missing = [(rel, size) for rel, size in sorted(local.blobs.items()) if listed.get(rel) != size]
+    for rel, _ in missing:
+        check = rehash_file(local.root / rel)
+        expected = digest_from_path(rel)
+        if check.error or list(check.digests) != [expected]:
+            found = check.error or f"its tensor digest is {check.digests[0] if check.digests else 'none'}"
+            raise BlobCorrupted(f"{local.root / rel}: does not match its digest {expected} ({found}); nothing "
+                                f"was published. Run 'ikdata validate --deep {local.root}'", digest=expected,
+                                path=rel)
+    uploads = [Upload(rel, local.root / rel, size) for rel, size in missing]
+    backend.upload(uploads, jobs=jobs, progress=progress)
+    if _checkpoint:
+        _checkpoint("blobs-sent")
+    return len(uploads), sum(u.size for u in uploads), len(local.blobs) - len(uploads)
+
+
+def _send_files(backend: Backend, local: LocalSnapshot, jobs: int) -> int:
+    listed = backend.list_objects(FILES_PREFIX)
+    uploads = []
+    for path, digest in sorted(local.manifest["files"].items()):
+        rel = file_object(digest)
+        if rel in listed:
+            continue
+        data = (local.root / path).read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise UsageError(f"{local.root / path}: changed while pushing; run 'ikdata manifest {local.root}' "
+                             "and push again")
+        uploads.append(Upload(rel, data, len(data)))
+    backend.upload(uploads, jobs=jobs)
+    if _checkpoint:
+        _checkpoint("files-sent")
+    return len(uploads)
+
+
+def _contains(local: LocalSnapshot, remote: dict[str, Any], remote_id: str, backend: Backend) -> bool:
+    """Whether publishing the local manifest keeps everything the remote one names."""
+    if any(p.get("id") == remote_id for p in local.manifest.get("parents", [])):
+        return True
+    for path, digest in remote["files"].items():
+        mine = local.manifest["files"].get(path)
+        if mine == digest:
+            continue
+        if mine is None or not path.endswith(".jsonl"):
+            return False
+        theirs = set(backend.read(file_object(digest)).splitlines())
+        ours = set((local.root / path).read_bytes().splitlines())
+        if not theirs <= ours:
+            return False
+    return True
+
+
+def _diverged(backend: Backend, local: LocalSnapshot, remote_id: str) -> RemoteError:
+    return backend.fail(f"holds dataset {remote_id[:12]}, which has data {local.root} lacks; run 'ikdata pull "
+                        f"{backend.url} {local.root}' to merge it, then push again")
+
+
+def _merge_remote(backend: Backend, local: LocalSnapshot, remote_id: str, url: str,
+                  options: RemoteOptions | None, jobs: int) -> None:
+    from ikdata.remote.pull import pull
+
+    try:
+        pull(url, local.root, options=options, jobs=jobs)
+    except RemoteError:
+        raise
+    except IkdataError as exc:
+        raise backend.fail(f"holds dataset {remote_id[:12]} (published by another pusher), which has data "
+                           f"{local.root} lacks, and merging it was refused, so nothing was published: {exc}") from exc

@@ -1,0 +1,150 @@
+"""S3 through s3fs: the manifest is written with a conditional put (If-None-Match / If-Match on the ETag).
+
+Errors that users meet (a bucket that does not exist, refused credentials, an
+endpoint that cannot be reached) become :class:`RemoteError` with what to check.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from typing import Any
+
+from fsspec.asyn import sync
+
+from ikdata.errors import RemoteError
+from ikdata.remote.backend import MANIFEST, FsspecBackend, ManifestState, PublishConflict
+from ikdata.remote.url import RemoteOptions, RemoteURL
+
+# Loading botocore's service models takes ~0.3 s per session; sessions are shared per profile and
+# credentials (the key includes them because a session caches the credentials it resolved).
+_SESSIONS: dict[tuple, Any] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _session(profile: str | None) -> Any:
+    from aiobotocore.session import AioSession
+
+    env = os.environ
+    key = (profile, env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY"), env.get("AWS_SESSION_TOKEN"))
+    with _SESSIONS_LOCK:
+        if key not in _SESSIONS:
+            _SESSIONS[key] = AioSession(profile=profile) if profile else AioSession()
+        return _SESSIONS[key]
+
+
+_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
+                     "InvalidToken", "AllAccessDisabled", "403"}
+
+
+class S3Backend(FsspecBackend):
+    """An ``s3://bucket/prefix`` remote."""
+
+    def __init__(self, remote: RemoteURL, options: RemoteOptions) -> None:
+        try:
+            import s3fs
+        except ImportError as exc:
+            raise RemoteError("s3:// needs s3fs; install it with: pip install 'ikdata[s3]'", url=remote.url) from exc
+        kwargs: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False,
+                                  "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"},
+                                                    "connect_timeout": 10}}
+        if options.endpoint_url:
+            kwargs["endpoint_url"] = options.endpoint_url
+        try:
+            kwargs["session"] = _session(options.profile)
+            fs = s3fs.S3FileSystem(**kwargs)
+        except Exception as exc:  # botocore: ProfileNotFound and friends
+            raise RemoteError(f"cannot configure S3: {exc}; check --profile and the AWS_* variables",
+                              url=remote.url) from exc
+        fs.retries = 3
+        super().__init__(remote, fs, remote.path)
+        self.endpoint = options.endpoint_url or "the default AWS endpoint"
+        self.bucket, _, self.prefix = remote.path.partition("/")
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def translate(self, exc: Exception, what: str) -> RemoteError:
+        code, text = _error_code(exc), str(exc)
+        if code == "NoSuchBucket" or (isinstance(exc, FileNotFoundError) and "bucket" in text.lower()):
+            return self.fail(f"bucket {self.bucket!r} does not exist at {self.endpoint}; create it "
+                             f"(aws s3 mb s3://{self.bucket}) or check the URL")
+        if code in _CREDENTIAL_CODES or isinstance(exc, PermissionError):
+            return self.fail(f"cannot {what}: the credentials were refused ({code or text}); check "
+                             "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or --profile")
+        if _is_connection_error(exc):
+            return self.fail(f"cannot reach the endpoint {self.endpoint} to {what} ({type(_root(exc)).__name__}); "
+                             "check --endpoint-url / AWS_ENDPOINT_URL and the network")
+        if "NoCredentials" in type(_root(exc)).__name__ or "Unable to locate credentials" in text:
+            return self.fail("no AWS credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                             "or pass --profile")
+        return super().translate(exc, what)
+
+    def read_manifest(self) -> ManifestState:
+        async def get() -> ManifestState:
+            s3 = await self.fs.get_s3(self.bucket)
+            try:
+                response = await s3.get_object(Bucket=self.bucket, Key=self._key(MANIFEST))
+            except Exception as exc:
+                if _error_code(exc) in ("NoSuchKey", "404"):
+                    return ManifestState(None, None)
+                raise
+            async with response["Body"] as body:
+                data = await body.read()
+            return ManifestState(data, response["ETag"])
+
+        with self._errors("read the manifest"):
+            sync(self.fs.loop, self.fs.set_session)
+            return sync(self.fs.loop, get)
+
+    def publish_manifest(self, data: bytes, base: ManifestState) -> None:
+        condition = {"IfNoneMatch": "*"} if base.token is None else {"IfMatch": base.token}
+
+        async def put() -> None:
+            s3 = await self.fs.get_s3(self.bucket)
+            await s3.put_object(Bucket=self.bucket, Key=self._key(MANIFEST), Body=data, **condition)
+
+        with self._errors("write the manifest"):
+            sync(self.fs.loop, self.fs.set_session)
+            try:
+                sync(self.fs.loop, put)
+            except Exception as exc:
+                if _error_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                    raise PublishConflict("the remote manifest changed while pushing", url=self.url) from exc
+                raise
+
+    def prepare_push(self) -> None:
+        async def head() -> None:
+            s3 = await self.fs.get_s3(self.bucket)
+            await s3.head_bucket(Bucket=self.bucket)
+
+        with self._errors("check the bucket"):
+            sync(self.fs.loop, self.fs.set_session)
+            try:
+                sync(self.fs.loop, head)
+            except Exception as exc:
+                if _error_code(exc) in ("404", "NoSuchBucket", "NotFound"):
+                    raise FileNotFoundError(errno.ENOENT, "no such bucket") from exc
+                raise
+
+
+def _root(exc: BaseException) -> BaseException:
+    while exc.__cause__ is not None and exc.__cause__ is not exc:
+        exc = exc.__cause__
+    return exc
+
+
+def _error_code(exc: BaseException) -> str | None:
+    for candidate in (exc, _root(exc), exc.__context__):
+        response = getattr(candidate, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error", {})
+            return str(error.get("Code") or response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
+    return None
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    names = {type(c).__name__ for c in (exc, _root(exc), exc.__context__) if c is not None}
+    return bool(names & {"EndpointConnectionError", "ConnectTimeoutError", "ConnectionError",
+                         "ClientConnectorError", "ConnectionRefusedError", "ReadTimeoutError"})

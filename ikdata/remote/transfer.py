@@ -1,0 +1,102 @@
+"""Parallel transfers with a progress callback of bytes and objects.
+
+The library reports progress through a plain callable; it never draws anything
+(the CLI turns the callbacks into a rich progress bar).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, Iterable, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_JOBS = 8
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a transfer stands: ``phase`` is "upload" or "download"."""
+
+    phase: str
+    objects_done: int
+    objects_total: int
+    bytes_done: int
+    bytes_total: int
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One object to send: ``source`` is a local file or the bytes themselves; ``rel`` its remote path."""
+
+    rel: str
+    source: Path | bytes
+    size: int
+
+
+class _Meter(Generic[T]):
+    def __init__(self, phase: str, items: Sequence[T], size_of: Callable[[T], int],
+                 callback: ProgressCallback | None) -> None:
+        self.phase, self.callback = phase, callback
+        self.objects_total = len(items)
+        self.bytes_total = sum(size_of(i) for i in items)
+        self.objects_done = self.bytes_done = 0
+        self._lock = threading.Lock()
+
+    def report(self, nbytes: int = 0, objects: int = 0) -> None:
+        if self.callback is None:
+            return
+        with self._lock:
+            self.objects_done += objects
+            self.bytes_done += nbytes
+            self.callback(Progress(self.phase, self.objects_done, self.objects_total,
+                                   self.bytes_done, self.bytes_total))
+
+
+def run_parallel(phase: str, items: Sequence[T], work: Callable[[T], R], *, size_of: Callable[[T], int],
+                 jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None) -> list[R]:
+    """Run ``work`` on every item on ``jobs`` threads; return results in input order.
+
+    The first exception stops the submission of further items and is raised once
+    the running ones have finished.
+    """
+    meter = _Meter(phase, items, size_of, progress)
+    meter.report()
+    if not items:
+        return []
+
+    def one(item: T) -> R:
+        result = work(item)
+        meter.report(size_of(item), 1)
+        return result
+
+    if jobs <= 1 or len(items) == 1:
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(one, item) for item in items]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in pending:
+            future.cancel()
+        for future in futures:
+            if future.done() and not future.cancelled() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
+
+
+def chunked(items: Iterable[T], size: int) -> Iterable[list[T]]:
+    """Consecutive lists of at most ``size`` items."""
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

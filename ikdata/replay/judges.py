@@ -1,0 +1,241 @@
+"""Judges: compare a reference's output with the captured output and say why it passes or fails.
+
+Shape and dtype must match exactly. Floats pass elementwise when
+``|a - e| <= atol + rtol * |e|`` (torch's allclose rule) for at least
+``matched_ratio`` of the elements; inf must meet inf of the same sign; NaN fails
+unless the expected value is NaN at the same place. Integers and bools must be
+equal. A definition may name a metric judge instead (:data:`METRIC_JUDGES`).
+
+Every output records the same metrics, whatever judged it:
+
+- ``max_abs_error``: max ``|a - e|`` (inf when an inf meets a finite value, NaN when a NaN meets a non-NaN);
+- ``max_rel_error``: max ``|a - e| / |e|`` (0/0 counts as 0, x/0 as inf);
+- ``relative_rms``: ``||a - e|| / ||e||`` over all elements;
+- ``cosine_similarity``: over the finite pairs (1.0 when both are all zeros; NaN when a non-finite value mismatches);
+- ``mismatched_fraction``: the fraction of elements outside the rule (for a judge: outside the default tolerance);
+- ``max_error_ratio``: max ``|a - e| / (atol + rtol * |e|)``, <= 1 exactly when every element is within the tolerance.
+
+Non-finite metric values are written to JSON as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ikdata.replay.tolerances import DEFAULT_TOLERANCES, JudgeSpec, Tolerance, dtype_name, is_exact
+
+_TINY = 1e-12  # floor of a norm in a relative metric, as the seed's GDN judge used
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one output was judged: pass or fail, the reason, the metrics and the rule used."""
+
+    passed: bool
+    metrics: dict[str, Any] = field(default_factory=dict)
+    rule: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+
+def json_float(value: float) -> float | str:
+    """A float as JSON can hold it: non-finite values become "nan", "inf", "-inf"."""
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _item(tensor: torch.Tensor) -> float:
+    return float(tensor.item())
+
+
+@dataclass(frozen=True)
+class _Comparison:
+    """The elementwise facts shared by every metric, in float64."""
+
+    a: torch.Tensor
+    e: torch.Tensor
+    diff: torch.Tensor  # |a - e|, 0 where both are the same non-finite value
+    finite: torch.Tensor  # both finite
+    bad_nonfinite: torch.Tensor  # a non-finite value that does not meet the same value
+
+
+def _compare(actual: torch.Tensor, expected: torch.Tensor) -> _Comparison:
+    a, e = actual.double(), expected.double()
+    same_nonfinite = (a.isnan() & e.isnan()) | (a.isinf() & e.isinf() & (a == e))
+    finite = a.isfinite() & e.isfinite()
+    diff = torch.where(same_nonfinite, torch.zeros((), dtype=a.dtype, device=a.device), (a - e).abs())
+    # inf - inf of opposite signs is inf already; a NaN on either side keeps NaN.
+    return _Comparison(a, e, diff, finite, ~finite & ~same_nonfinite)
+
+
+def _base_metrics(c: _Comparison, tolerance: Tolerance, exact: bool,
+                  actual: torch.Tensor, expected: torch.Tensor) -> tuple[dict[str, float], int]:
+    """The recorded metrics and the number of mismatched elements."""
+    numel = c.a.numel()
+    if numel == 0:
+        return {"max_abs_error": 0.0, "max_rel_error": 0.0, "relative_rms": 0.0, "cosine_similarity": 1.0,
+                "mismatched_fraction": 0.0, "max_error_ratio": 0.0}, 0
+    if exact:
+        matched = actual == expected
+    else:
+        bound = tolerance.atol + tolerance.rtol * c.e.abs()
+        matched = (c.finite & (c.diff <= bound)) | (~c.finite & ~c.bad_nonfinite)
+    mismatched = int((~matched).sum().item())
+    max_abs = _item(c.diff.max())
+    zero = c.diff == 0
+    rel = torch.where(zero, torch.zeros((), dtype=c.diff.dtype, device=c.diff.device), c.diff / c.e.abs())
+    rel = torch.where(c.diff.isinf(), torch.full((), math.inf, dtype=rel.dtype, device=rel.device), rel)
+    max_rel = _item(rel.max())
+    e_finite = torch.where(c.e.isfinite(), c.e, torch.zeros((), dtype=c.e.dtype, device=c.e.device))
+    relative_rms = _item(c.diff.norm()) / max(_item(e_finite.norm()), _TINY)
+    if bool(c.bad_nonfinite.any()):
+        cosine = math.nan
+        ratio = max_abs
+    else:
+        a_f = torch.where(c.finite, c.a, torch.zeros((), dtype=c.a.dtype, device=c.a.device))
+        norms = _item(a_f.norm()) * _item(e_finite.norm())
+        dot = _item((a_f * e_finite).sum())
+        if norms == 0:
+            cosine = 1.0 if _item(a_f.abs().max()) == 0 and _item(e_finite.abs().max()) == 0 else 0.0
+        else:
+            cosine = dot / norms
+        if exact:
+            ratio = 0.0 if mismatched == 0 else math.inf
+        else:
+            bound = tolerance.atol + tolerance.rtol * e_finite.abs()
+            ratios = torch.where(zero, torch.zeros((), dtype=c.diff.dtype, device=c.diff.device),
+                                 c.diff / bound)
+            ratio = _item(ratios.max())
+    return {"max_abs_error": max_abs, "max_rel_error": max_rel, "relative_rms": relative_rms,
+            "cosine_similarity": cosine, "mismatched_fraction": mismatched / numel,
+            "max_error_ratio": ratio}, mismatched
+
+
+def _finite_metrics(a: torch.Tensor, e: torch.Tensor, actual: torch.Tensor, expected: torch.Tensor,
+                    tolerance: Tolerance, exact: bool) -> tuple[dict[str, float], int]:
+    """The same metrics as :func:`_base_metrics` when every value is finite, with far fewer tensor ops."""
+    diff = (a - e).abs()
+    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
+    is_zero = diff == 0
+    if exact:
+        mismatched = (actual != expected).sum()
+        ratio = torch.where(is_zero, zero, torch.full((), math.inf, dtype=diff.dtype, device=diff.device)).max()
+    else:
+        bound = e.abs().mul_(tolerance.rtol).add_(tolerance.atol)
+        mismatched = (diff > bound).sum()
+        ratio = torch.where(is_zero, zero, diff / bound).max()
+    rel = torch.where(is_zero, zero, diff / e.abs()).max()
+    found = torch.stack([mismatched.to(diff.dtype), diff.max(), rel, diff.norm(), e.norm(), a.norm(),
+                         (a * e).sum(), ratio]).tolist()
+    count, max_abs, max_rel, diff_norm, e_norm, a_norm, dot, worst = found
+    if a_norm * e_norm == 0:
+        cosine = 1.0 if a_norm == 0 and e_norm == 0 else 0.0
+    else:
+        cosine = dot / (a_norm * e_norm)
+    return {"max_abs_error": max_abs, "max_rel_error": max_rel, "relative_rms": diff_norm / max(e_norm, _TINY),
+            "cosine_similarity": cosine, "mismatched_fraction": count / a.numel(),
+            "max_error_ratio": worst}, int(count)
+
+
+# -- metric judges -------------------------------------------------------------------------------
+
+def _gdn_chunk_state(c: _Comparison) -> dict[str, float]:
+    """The seed's GDN chunk-state judge: relative RMS, relative max, and the worst head's relative RMS."""
+    relative_max = _item(c.diff.max()) / max(_item(c.e.abs().max()), _TINY) if c.e.numel() else 0.0
+    if c.e.ndim >= 2 and c.e.numel():
+        head = c.diff.norm(dim=(-2, -1)) / c.e.norm(dim=(-2, -1)).clamp_min(_TINY)
+        worst_head = _item(head.max())
+    else:
+        worst_head = _item(c.diff.norm()) / max(_item(c.e.norm()), _TINY) if c.e.numel() else 0.0
+    relative_rms = _item(c.diff.norm()) / max(_item(c.e.norm()), _TINY) if c.e.numel() else 0.0
+    return {"relative_rms": relative_rms, "relative_max": relative_max, "max_head_relative_rms": worst_head}
+
+
+def _relative_error(c: _Comparison) -> dict[str, float]:
+    found = _gdn_chunk_state(c)
+    return {"relative_rms": found["relative_rms"], "relative_max": found["relative_max"]}
+
+
+METRIC_JUDGES: dict[str, Callable[[_Comparison], dict[str, float]]] = {
+    "gdn_chunk_state": _gdn_chunk_state,
+    "relative_error": _relative_error,
+}
+
+
+# -- the entry point -------------------------------------------------------------------------------
+
+def judge_output(name: str, actual: Any, expected: torch.Tensor, rule: Tolerance | JudgeSpec) -> Verdict:
+    """Judge one output of a reference against the captured output.
+
+    Args:
+        name: the output's name, for messages.
+        actual: what the reference returned for it.
+        expected: the captured output (same device as ``actual``).
+        rule: the elementwise tolerance, or a metric judge with its bounds.
+
+    Returns:
+        A Verdict whose ``metrics`` and ``rule`` are JSON-ready.
+
+    Example:
+        >>> judge_output("C", a, e, Tolerance("float32", 1e-4, 2e-5)).passed
+        True
+    """
+    record = rule.to_dict()
+    if not isinstance(actual, torch.Tensor):
+        return Verdict(False, {}, record, f"output {name!r} is a {type(actual).__name__}, expected a tensor")
+    if actual.dtype != expected.dtype:
+        return Verdict(False, {}, record, f"output {name!r} has dtype {actual.dtype}, the captured output "
+                                          f"has {expected.dtype}")
+    if tuple(actual.shape) != tuple(expected.shape):
+        return Verdict(False, {}, record, f"output {name!r} has shape {list(actual.shape)}, the captured "
+                                          f"output has {list(expected.shape)}")
+    if actual.device != expected.device:
+        actual = actual.to(expected.device)
+    exact = is_exact(dtype_name(expected.dtype))
+    numel = expected.numel()
+    if isinstance(rule, Tolerance) and numel:
+        a, e = actual.double(), expected.double()
+        if exact or bool(a.isfinite().all() & e.isfinite().all()):
+            metrics, mismatched = _finite_metrics(a, e, actual, expected, rule, exact)
+            return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched)
+    comparison = _compare(actual, expected)
+    if isinstance(rule, JudgeSpec):
+        default = DEFAULT_TOLERANCES.get(rule.dtype)
+        elementwise = Tolerance(rule.dtype, default["rtol"], default["atol"]) if default else Tolerance(rule.dtype, 0, 0)
+        metrics, _ = _base_metrics(comparison, elementwise, exact, actual, expected)
+        judge = METRIC_JUDGES.get(rule.name)
+        if judge is None:
+            raise LookupError(f"unknown judge {rule.name!r}; known judges: {sorted(METRIC_JUDGES)}")
+        found = judge(comparison)
+        metrics.update(found)
+        over = [f"{m} = {found.get(m, math.nan):.6g} > {b:g}" for m, b in sorted(rule.bounds.items())
+                if not found.get(m, math.nan) <= b]
+        reason = f"output {name!r}: judge {rule.name!r}: " + ", ".join(over) if over else None
+        return Verdict(not over, {k: json_float(v) for k, v in metrics.items()}, record, reason)
+    metrics, mismatched = _base_metrics(comparison, rule, exact, actual, expected)
+    return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched)
+
+
+def _elementwise_verdict(name: str, rule: Tolerance, exact: bool, numel: int, metrics: dict[str, float],
+                         mismatched: int) -> Verdict:
+    allowed = int(math.floor((1 - rule.matched_ratio) * numel + 1e-9))
+    passed = mismatched <= allowed
+    reason = None
+    if not passed:
+        what = "must be equal" if exact else f"|a - e| <= {rule.atol:g} + {rule.rtol:g} * |e|"
+        reason = (f"output {name!r}: {mismatched} of {numel} elements "
+                  f"({metrics['mismatched_fraction']:.3%}) fail {what} ({rule.dtype}); "
+                  f"max abs error {metrics['max_abs_error']:.6g}")
+        if rule.matched_ratio < 1:
+            reason += f"; at most {allowed} may (matched_ratio {rule.matched_ratio:g})"
+    return Verdict(passed, {k: json_float(v) for k, v in metrics.items()}, rule.to_dict(), reason)
+
+
+__all__ = ["METRIC_JUDGES", "Verdict", "json_float", "judge_output"]

@@ -1,0 +1,427 @@
+"""The replay loop: for each workload, run the trusted reference on the captured inputs and judge it.
+
+Per case: verify and load the inputs and expected outputs (memory-mapped, on the
+device; each blob's digest is recomputed from its bytes and must match its
+name), run the reference under ``torch.inference_mode``, judge every output,
+and write the report. A reference that raises, a missing or corrupt blob, or a
+reference that returns the wrong outputs gives the case ``error`` with the
+traceback and replay goes on; a workload without expected outputs is
+``skipped`` with the reason; a definition that is not trusted is refused (its
+workloads get no case, the report lists it under ``refused``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from ikdata.dataset import Dataset, check_relative
+from ikdata.definitions import Definition, load_reference
+from ikdata.errors import DefinitionError, IkdataError, RecordError, UntrustedReference, UsageError
+from ikdata.problems import Problem
+from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.replay import judges, report as report_mod, summary as summary_mod, tolerances
+from ikdata.replay.blobs import load_verified
+from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
+from ikdata.replay.trust import instance_trusted_digests
+from ikdata.store import BlobStore, digest_from_path
+
+PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` (1-based): the workloads whose uuid hashes to it."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """Parse ``"I/N"`` with 1 <= I <= N.
+
+        Raises:
+            UsageError: naming the expected form.
+        """
+        try:
+            index, count = (int(part) for part in text.split("/"))
+        except ValueError:
+            raise UsageError(f"--shard {text!r}: expected I/N, e.g. 1/4 (shards are numbered 1 to N)") from None
+        if not 1 <= index <= count:
+            raise UsageError(f"--shard {text!r}: I must be between 1 and N (shards are numbered 1 to N)")
+        return cls(index, count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def contains(self, uuid: str) -> bool:
+        bucket = int.from_bytes(hashlib.sha256(uuid.encode()).digest()[:8], "big") % self.count
+        return bucket == self.index - 1
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step of a replay, passed to the progress callback."""
+
+    done: int
+    total: int
+    case: Mapping[str, Any] | None = None  # the case just recorded; None for the start event
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A definition whose reference may not run, and how many workloads that left unreplayed."""
+
+    definition: str
+    digest: str
+    source: str
+    workloads: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"definition": self.definition, "digest": self.digest, "source": self.source,
+                "workloads": self.workloads}
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay did: the report (as written), where, and the exit code it earns."""
+
+    report_path: Path
+    report: dict[str, Any]
+    refused: tuple[Refusal, ...] = ()
+    resumed: int = 0
+    problems: tuple[Problem, ...] = ()  # rows, receipts or definitions that could not be read
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Cases by status, and how many were reused (the whole report, resumed cases included)."""
+        return summary_mod.counts(self.report)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every replayed case passed, nothing was refused and every record could be read; else 1."""
+        return 1 if self.problems else summary_mod.exit_code(self.report)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``--json`` summary of the run."""
+        found = summary_mod.summarize(self.report, report_path=self.report_path)
+        found.update(resumed=self.resumed, problems=[str(p) for p in self.problems], exit_code=self.exit_code)
+        return found
+
+
+@dataclass
+class _Run:
+    """The state of one replay call: trusted references, receipts, the report and the reuse cache."""
+
+    ds: Dataset
+    device: str
+    device_kind: str
+    torch_version: str
+    trusted_digests: frozenset[str]
+    out: report_mod.ReportFile
+    cache: ReuseCache
+    reuse: bool  # False: no lookups, and the cache file is neither read nor written
+    receipts: dict[str, Receipt]
+    references: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # definition -> why its reference cannot load
+    refused: dict[str, Refusal] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.store = BlobStore(self.ds.root)
+        self.real_root = os.path.realpath(self.ds.root)
+        self.real_folders: dict[str, str] = {}
+
+
+def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | None = None,
+           shard: Shard | str | None = None, resume: bool = False, report_path: str | Path | None = None,
+           trust: Iterable[str] = (), reuse: bool = True, cache_path: str | Path | None = None,
+           progress: Callable[[Progress], None] | None = None) -> ReplayResult:
+    """Replay every workload with expected outputs and write the report after each case.
+
+    Args:
+        ds: the dataset (opened with any extra ``definitions`` folders, which are trusted).
+        device: where inputs load and references run: ``cpu``, ``cuda``, ``cuda:1``, ...
+        definitions: only these definition names (default: all).
+        shard: replay only shard ``I/N`` of the workloads (by hash of the uuid).
+        resume: keep the cases already in the report and replay only the others.
+        report_path: default ``ds.report_path``; for a shard ``reports/replay-shard-I-of-N.json``.
+        trust: definition digests the user trusts explicitly.
+        reuse: take the verdict of an identical case judged before (see :mod:`ikdata.replay.reuse`).
+        cache_path: the reuse cache file (default :func:`default_cache_path`).
+        progress: called after every case (library code never prints).
+
+    Returns:
+        The result; ``result.exit_code`` is 0 only when every replayed case passed.
+
+    Raises:
+        UsageError: an unknown device or definition name, a bad shard, or a report that cannot be resumed.
+
+    Example:
+        >>> result = replay(ikdata.open("runs/gemm", definitions=["my-defs"]), device="cuda")
+        >>> result.counts["failed"]
+        0
+    """
+    shard = Shard.parse(shard) if isinstance(shard, str) else shard
+    seen_problems = len(ds.problems)
+    device_kind, device_name = _check_device(device)
+    rows = _select(ds, definitions, shard)
+    if report_path is None:
+        report_path = ds.report_path if shard is None else \
+            ds.report_path.with_name(f"replay-shard-{shard.index}-of-{shard.count}.json")
+    fresh = report_mod.header(device=device, device_name=device_name, torch_version=str(torch.__version__),
+                              tolerances=tolerances.table(), shard=str(shard) if shard else None)
+    out = (report_mod.ReportFile.resume if resume else report_mod.ReportFile.start)(report_path, fresh)
+    run = _Run(ds, device, device_kind, str(torch.__version__),
+               frozenset(trust) | instance_trusted_digests(ds.definitions), out,
+               ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
+               {r.uuid: r for r in ds.receipts()})
+    resumed = sum(1 for row in rows if row.uuid in out.by_uuid)
+    done = resumed
+    if progress:
+        progress(Progress(done, len(rows)))
+    try:
+        for row in rows:
+            if row.uuid in out.by_uuid:
+                continue
+            case = _replay_one(run, row)
+            if case is not None:  # None: refused, the definition is not trusted
+                out.add(case)
+                run.cache.remember(case)
+            done += 1
+            if progress:
+                progress(Progress(done, len(rows), case))
+    finally:
+        run.cache.flush()
+    report = out.finish(r.to_dict() for r in run.refused.values())
+    # Rows and receipts that do not fit their schema are not replayed: say so instead of passing silently.
+    problems = tuple(dict.fromkeys([*ds.problems[seen_problems:], *ds.definition_problems]))
+    return ReplayResult(out.path, report, tuple(run.refused.values()), resumed, problems)
+
+
+def _check_device(device: str) -> tuple[str, str | None]:
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"--device {device!r} is not a torch device ({exc}); use cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: CUDA is not available here (torch {torch.__version__}); "
+                             "use --device cpu")
+        index = parsed.index if parsed.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA devices here")
+        return parsed.type, torch.cuda.get_device_name(index)
+    return parsed.type, None
+
+
+def _select(ds: Dataset, names: Iterable[str] | None, shard: Shard | None) -> list[WorkloadRow]:
+    """The workloads to replay, deduplicated by uuid, in (definition, uuid) order."""
+    wanted = set(names) if names else None
+    if wanted:
+        known = set(ds.definitions) | {row.definition for row in ds.workloads()}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise UsageError(f"--definition {', '.join(unknown)}: no such definition in {ds.root}; "
+                             f"known: {', '.join(sorted(known)) or 'none'}")
+    rows: dict[str, WorkloadRow] = {}
+    for row in ds.workloads():
+        if wanted is not None and row.definition not in wanted:
+            continue
+        if shard is not None and not shard.contains(row.uuid):
+            continue
+        rows.setdefault(row.uuid, row)
+    return sorted(rows.values(), key=lambda r: (r.definition, r.uuid))
+
+
+def _reference(run: _Run, definition: Definition, row: WorkloadRow) -> Callable[..., Any] | None:
+    """The definition's ``run``, loaded once; None when it is refused (recorded in ``run.refused``)."""
+    name = definition.name
+    if name in run.references:
+        return run.references[name]
+    if name in run.refused:
+        refusal = run.refused[name]
+        run.refused[name] = Refusal(name, refusal.digest, refusal.source, refusal.workloads + 1, refusal.message)
+        return None
+    if name in run.failures:
+        raise DefinitionError(run.failures[name], definition=name)
+    try:
+        reference = load_reference(definition, trusted_digests=run.trusted_digests,
+                                   trusted_definitions=run.ds.trusted_definitions)
+    except UntrustedReference as exc:
+        run.refused[name] = Refusal(name, exc.digest, exc.source, 1, str(exc))
+        return None
+    except DefinitionError as exc:
+        run.failures[name] = str(exc).removeprefix(f"{name}: ")
+        raise
+    # Let tracebacks of the reference show its source lines (it was compiled from a string).
+    filename = f"<reference {name}>"
+    linecache.cache[filename] = (len(definition.reference), None, definition.reference.splitlines(True), filename)
+    run.references[name] = reference
+    return reference
+
+
+def _load_tensor(run: _Run, ref: TensorRef, where: str) -> tuple[torch.Tensor, str]:
+    """Check the path stays inside the dataset, then verify and load the blob onto the device."""
+    reason = check_relative(ref.path)
+    path = run.ds.root / ref.path
+    if reason is None:
+        real = _realpath(run, str(path))
+        if os.path.commonpath([run.real_root, real]) != run.real_root:
+            reason = f"path {ref.path!r} is a link that leaves the dataset (to {real})"
+    if reason:
+        raise RecordError(reason, path=where)
+    return load_verified(run.store, path, ref, device=run.device)
+
+
+def _realpath(run: _Run, path: str) -> str:
+    """``os.path.realpath`` with the folders' answers cached: thousands of blobs share a few folders."""
+    folder, name = os.path.split(path)
+    real_folder = run.real_folders.get(folder)
+    if real_folder is None:
+        real_folder = run.real_folders[folder] = os.path.realpath(folder)
+    if os.path.islink(path):
+        return os.path.realpath(path)
+    return os.path.join(real_folder, name)
+
+
+def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
+    started = time.perf_counter()
+    case: dict[str, Any] = {"definition": row.definition, "uuid": row.uuid, "axes": dict(row.axes)}
+    receipt = run.receipts.get(row.uuid)
+    if receipt is None or not receipt.expected_output:
+        why = "no receipt" if receipt is None else "its receipt has no expected_output"
+        return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
+                "reason": f"no expected outputs to judge against ({why}; e.g. an imported workload)"}
+    definition = run.ds.definitions.get(row.definition)
+    try:
+        if definition is None:
+            raise DefinitionError(f"no definition named {row.definition!r} in {run.ds.root}/definitions or the "
+                                  "--definitions folders; add it, or name its folder with --definitions")
+        reference = _reference(run, definition, row)
+        if reference is None:
+            return None
+        case.update(device=run.device, torch=run.torch_version, reference_digest=definition.reference_digest)
+        earlier = _lookup_reuse(run, definition, row, receipt, case)
+        if earlier is not None:
+            return reused_case(earlier, definition=row.definition, uuid=row.uuid, axes=row.axes,
+                               seconds=time.perf_counter() - started)
+        inputs, case["input_digests"] = _load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+        expected, case["expected_digests"] = _load_all(run, definition.outputs, receipt.expected_output,
+                                                       f"{receipt.source}:{receipt.line}")
+        with torch.inference_mode():
+            returned = reference(**inputs)
+        outputs = _name_outputs(definition, returned)
+        verdicts = {}
+        for name, spec in definition.outputs.items():
+            actual, wanted = outputs[name], expected[name]
+            if spec.shape is None:  # a Python scalar output: judged as a 0-d tensor of its declared dtype
+                dtype = getattr(torch, spec.dtype)
+                wanted = torch.tensor(wanted, dtype=dtype, device=run.device)
+                if not isinstance(actual, torch.Tensor):
+                    actual = torch.tensor(actual, dtype=dtype, device=run.device)
+            verdicts[name] = judges.judge_output(name, actual, wanted, _rule(definition, name))
+    except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
+        case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
+                    seconds=time.perf_counter() - started)
+        return case
+    failing = [v.reason for v in verdicts.values() if not v.passed]
+    case.update(status=FAILED if failing else PASSED, metrics={n: v.metrics for n, v in verdicts.items()},
+                tolerance={n: v.rule for n, v in verdicts.items()}, seconds=time.perf_counter() - started)
+    if failing:
+        case["reason"] = "; ".join(failing)
+    return case
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, IkdataError) else text
+
+
+def _rule(definition: Definition, output: str) -> tolerances.Tolerance | tolerances.JudgeSpec:
+    dtype = definition.outputs[output].dtype
+    judge = tolerances.judge_for(dtype, output, definition.judge)
+    if judge is not None:
+        if judge.name not in judges.METRIC_JUDGES:
+            raise DefinitionError(f"judge {judge.name!r} is unknown; known judges: {sorted(judges.METRIC_JUDGES)}",
+                                  definition=definition.name)
+        return judge
+    rule = tolerances.tolerance_for(dtype, definition.tolerance)
+    if rule is None:
+        raise DefinitionError(f"output {output!r} has dtype {dtype}, which has no default tolerance; set "
+                              f"\"tolerance\": {{\"{dtype}\": {{\"rtol\": ..., \"atol\": ...}}}} in the definition",
+                              definition=definition.name)
+    return rule
+
+
+def _load_all(run: _Run, specs: Mapping[str, Any], descriptors: Mapping[str, Any],
+              where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    missing = [n for n in specs if n not in descriptors]
+    if missing:
+        raise RecordError(f"no descriptor for {missing}; the definition needs {list(specs)}", path=where)
+    values, digests = {}, {}
+    for name in specs:
+        descriptor = descriptors[name]
+        if isinstance(descriptor, Scalar):
+            values[name] = descriptor.value
+        elif isinstance(descriptor, TensorRef):
+            values[name], digests[name] = _load_tensor(run, descriptor, where)
+        else:
+            raise RecordError(f"{name!r} is a 'random' input, which has no data to replay", path=where)
+    return values, digests
+
+
+def _name_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
+    """Map what ``run`` returned to output names: one value, a tuple/list in order, or a dict by name."""
+    names = list(definition.outputs)
+    if isinstance(returned, Mapping):
+        if set(returned) != set(names):
+            raise DefinitionError(f"the reference returned outputs {sorted(returned)}, the definition declares "
+                                  f"{names}", definition=definition.name)
+        return dict(returned)
+    values = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    if len(values) != len(names):
+        raise DefinitionError(f"the reference returned {len(values)} outputs, the definition declares "
+                              f"{len(names)} ({', '.join(names)})", definition=definition.name)
+    return dict(zip(names, values))
+
+
+def _lookup_reuse(run: _Run, definition: Definition, row: WorkloadRow, receipt: Receipt,
+                  case: dict[str, Any]) -> dict[str, Any] | None:
+    """Compute the case's reuse key from the blob names (no reads) and look it up."""
+    input_digests, scalars = {}, {}
+    for name, descriptor in row.inputs.items():
+        if isinstance(descriptor, Scalar):
+            scalars[name] = descriptor.value
+        elif isinstance(descriptor, TensorRef):
+            input_digests[name] = digest_from_path(descriptor.path)
+    expected_digests = {n: digest_from_path(d.path) if isinstance(d, TensorRef) else None
+                        for n, d in receipt.expected_output.items()}
+    if None in input_digests.values() or None in expected_digests.values():
+        return None  # blobs not named by digest (FlashInfer layout): no cheap key
+    case["reuse_key"] = reuse_key(
+        reference_digest=definition.reference_digest, input_digests=input_digests, scalars=scalars,
+        expected_digests=expected_digests, device_kind=run.device_kind, torch_version=run.torch_version,
+        judging={"tolerance": dict(definition.tolerance), "judge": definition.judge,
+                 "outputs": {n: s.dtype for n, s in definition.outputs.items()}})
+    if not run.reuse:
+        return None
+    earlier = run.cache.lookup(case["reuse_key"])
+    if earlier is None:
+        return None
+    # Reuse vouches for the content the digests name; the files must at least still be there.
+    for descriptor in [*row.inputs.values(), *receipt.expected_output.values()]:
+        if isinstance(descriptor, TensorRef) and not (run.ds.root / descriptor.path).is_file():
+            return None
+    return earlier
+
+
+__all__ = ["ERROR", "FAILED", "PASSED", "Progress", "Refusal", "ReplayResult", "SKIPPED", "Shard", "replay"]

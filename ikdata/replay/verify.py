@@ -1,0 +1,155 @@
+"""Recheck a report case: may its "passed" be trusted? Recomputed from its metrics, not read from a flag.
+
+torch-free. Import calls :func:`recheck` on every case before it accepts a
+receipt; it additionally compares ``input_digests``/``expected_digests`` with
+the receipt's blobs, so the report is proven to be about these exact bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ikdata.replay.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
+                                      tolerance_for)
+
+if TYPE_CHECKING:
+    from ikdata.definitions import Definition
+
+_EPS = 1e-12  # float slack when comparing fractions written to JSON
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
+            definition: Definition | None = None) -> list[str]:
+    """The reasons a case's "passed" cannot be trusted; an empty list is a trustworthy pass.
+
+    Checks: the status is "passed"; metrics and a tolerance are recorded for every
+    output (and the outputs agree with ``expected_digests`` and the definition);
+    no tolerance is looser than ikdata's default table for its dtype, or than the
+    definition's override when ``definition`` is given; integers and bools were
+    judged exactly; ``mismatched_fraction <= 1 - matched_ratio``; every judge
+    metric is within its bound and no bound is looser than the judge's default
+    (or the definition's).
+
+    Args:
+        case: one entry of ``report["cases"]``.
+        report: the whole report (for its context; the case's own facts win).
+        definition: the definition the case claims to judge; without it the
+            built-in defaults are the limit, so a definition's looser override is
+            reported as untrusted.
+
+    Returns:
+        Human-readable reasons, each naming the output and the numbers.
+
+    Example:
+        >>> [c["uuid"] for c in report["cases"] if not recheck(c, report)]
+    """
+    reasons: list[str] = []
+    status = case.get("status")
+    if status != "passed":
+        reasons.append(f"status is {status!r}, not 'passed'")
+        return reasons
+    metrics = case.get("metrics")
+    tolerance = case.get("tolerance")
+    if not isinstance(metrics, Mapping) or not metrics:
+        return reasons + ["no metrics recorded; replay it with this version of ikdata"]
+    if not isinstance(tolerance, Mapping) or not tolerance:
+        return reasons + ["no tolerance recorded; replay it with this version of ikdata"]
+    outputs = set(tolerance)
+    if set(metrics) != outputs:
+        reasons.append(f"metrics cover outputs {sorted(metrics)} but the tolerance covers {sorted(outputs)}")
+    expected = case.get("expected_digests")
+    if isinstance(expected, Mapping) and set(expected) != outputs:
+        reasons.append(f"expected_digests name outputs {sorted(expected)} but the tolerance covers {sorted(outputs)}")
+    if definition is not None:
+        if set(definition.outputs) != outputs:
+            reasons.append(f"the definition {definition.name!r} has outputs {sorted(definition.outputs)}, "
+                           f"the case judged {sorted(outputs)}")
+        if case.get("reference_digest") not in (None, definition.reference_digest):
+            reasons.append(f"judged with reference {case.get('reference_digest')}, but the definition's "
+                           f"reference is {definition.reference_digest}")
+    for output in sorted(outputs):
+        spec, found = tolerance.get(output), metrics.get(output)
+        if not isinstance(spec, Mapping) or not isinstance(found, Mapping):
+            reasons.append(f"{output}: tolerance or metrics missing")
+            continue
+        if "judge" in spec:
+            reasons += [f"{output}: {r}" for r in _recheck_judge(output, spec, found, definition)]
+        else:
+            reasons += [f"{output}: {r}" for r in _recheck_tolerance(output, spec, found, definition)]
+    return reasons
+
+
+def _recheck_tolerance(output: str, spec: Mapping[str, Any], found: Mapping[str, Any],
+                       definition: Definition | None) -> list[str]:
+    reasons = []
+    dtype = dtype_name(spec.get("dtype", ""))
+    rtol, atol = _number(spec.get("rtol")), _number(spec.get("atol"))
+    ratio = _number(spec.get("matched_ratio", 1.0))
+    if rtol is None or atol is None or ratio is None:
+        return [f"tolerance {dict(spec)} lacks a finite rtol, atol or matched_ratio"]
+    if definition is not None and judge_for(dtype, output, definition.judge) is not None:
+        reasons.append(f"the definition names judge {definition.judge['name']!r} for it, but a tolerance judged it")
+    allowed = tolerance_for(dtype, definition.tolerance if definition is not None else None)
+    if allowed is None:
+        return reasons + [f"dtype {dtype!r} has no default tolerance (known: {sorted(DEFAULT_TOLERANCES)})"]
+    if is_exact(dtype) and (rtol != 0 or atol != 0 or ratio != 1):
+        reasons.append(f"{dtype} must match exactly, but was judged with rtol={rtol}, atol={atol}, "
+                       f"matched_ratio={ratio}")
+    if rtol > allowed.rtol or atol > allowed.atol:
+        reasons.append(f"tolerance rtol={rtol}, atol={atol} is looser than the allowed {dtype} tolerance "
+                       f"rtol={allowed.rtol}, atol={allowed.atol}")
+    if ratio < allowed.matched_ratio:
+        reasons.append(f"matched_ratio {ratio} is below the required {allowed.matched_ratio}")
+    mismatched = _number(found.get("mismatched_fraction"))
+    if mismatched is None:
+        reasons.append(f"mismatched_fraction is {found.get('mismatched_fraction')!r}, not a number")
+    elif mismatched > 1 - ratio + _EPS:
+        reasons.append(f"mismatched_fraction {mismatched} exceeds 1 - matched_ratio = {1 - ratio}")
+    if is_exact(dtype) and _number(found.get("max_abs_error")) != 0:
+        reasons.append(f"max_abs_error is {found.get('max_abs_error')!r}; {dtype} must match exactly")
+    worst = found.get("max_error_ratio")
+    if ratio == 1 and worst is not None and (_number(worst) is None or _number(worst) > 1 + _EPS):
+        reasons.append(f"max_error_ratio {worst!r} > 1: some element is outside atol + rtol * |expected|")
+    return reasons
+
+
+def _recheck_judge(output: str, spec: Mapping[str, Any], found: Mapping[str, Any],
+                   definition: Definition | None) -> list[str]:
+    name = spec.get("judge")
+    bounds = spec.get("bounds")
+    if not isinstance(bounds, Mapping) or not bounds:
+        return [f"judge {name!r} recorded without bounds"]
+    if definition is not None:
+        allowed = judge_for(spec.get("dtype", ""), output, definition.judge)
+        if allowed is None or allowed.name != name:
+            names = f"judge {allowed.name!r}" if allowed else "no judge"
+            return [f"judged by {name!r}, but the definition {definition.name!r} names {names} for it"]
+        limits = dict(allowed.bounds)
+    elif name in JUDGE_BOUNDS:
+        limits = dict(JUDGE_BOUNDS[name])
+    else:
+        return [f"unknown judge {name!r}; known: {sorted(JUDGE_BOUNDS)}"]
+    reasons = []
+    for metric, limit in sorted(limits.items()):
+        bound = _number(bounds.get(metric))
+        if bound is None:
+            reasons.append(f"judge {name!r} did not bound {metric}")
+        elif bound > limit:
+            reasons.append(f"bound {metric} <= {bound} is looser than the allowed {limit}")
+    for metric, bound in sorted(bounds.items()):
+        value, limit = _number(found.get(metric)), _number(bound)
+        if value is None or limit is None:
+            reasons.append(f"{metric} is {found.get(metric)!r}, not a finite number")
+        elif value > limit:
+            reasons.append(f"{metric} = {value} exceeds its bound {limit}")
+    return reasons
+
+
+__all__ = ["recheck"]

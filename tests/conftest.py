@@ -1,0 +1,75 @@
+"""Shared, generic fixtures: a small definition, an ikdata dataset and a seed-layout dataset.
+
+Every fixture writes under pytest's ``tmp_path``. Other test modules may use them;
+keep them generic (no assertions about any one feature here). Plain helpers live in
+``foundation_helpers.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from foundation_helpers import (GEMM_NAME, gemm_definition_record, tree_digest, write_definition,  # noqa: F401
+                                write_seed_dataset)
+
+
+@pytest.fixture
+def gemm_record() -> dict:
+    return gemm_definition_record()
+
+
+@pytest.fixture
+def gemm_definition():
+    """The small float32 GEMM as a USER-origin Definition."""
+    from ikdata.definitions import USER, Definition
+
+    return Definition.from_dict(gemm_definition_record(), origin=USER, source="test")
+
+
+@pytest.fixture
+def make_ikdata_dataset(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: an ikdata dataset written by DatasetWriter with ``rows`` GEMM workloads (numpy tensors).
+
+    Rows share the same ``W`` so the store deduplicates it. The manifest is
+    committed unless ``commit=False``.
+    """
+    counter = [0]
+
+    def make(rows: int = 3, *, name: str | None = None, commit: bool = True, seed: int = 0) -> Path:
+        from ikdata.definitions import USER, Definition
+        from ikdata.writer import DatasetWriter
+
+        counter[0] += 1
+        root = tmp_path / (name or f"ikdata-ds{counter[0]}")
+        definition = Definition.from_dict(gemm_definition_record(), origin=USER, source="test")
+        writer = DatasetWriter(root)
+        rng = np.random.default_rng(seed)
+        w = rng.standard_normal((4, 8)).astype(np.float32)
+        for i in range(rows):
+            a = rng.standard_normal((i + 1, 8)).astype(np.float32)
+            writer.add(definition, {"A": a, "W": w}, {"C": a @ w.T},
+                       {"engine": "test", "model": "tiny", "request_id": f"r{i}", "step": i})
+        if commit:
+            writer.commit()
+        return root
+
+    return make
+
+
+@pytest.fixture
+def ikdata_dataset(make_ikdata_dataset) -> Path:
+    """An ikdata dataset with 3 GEMM workloads, receipts and a manifest."""
+    return make_ikdata_dataset(3)
+
+
+@pytest.fixture
+def seed_dataset(tmp_path: Path) -> tuple[Path, Path]:
+    """(dataset root, definitions folder) of a seed-layout dataset with 3 bf16 GEMM workloads."""
+    root = tmp_path / "seed-capture"
+    definitions = tmp_path / "seed-definitions"
+    write_seed_dataset(root, definitions)
+    return root, definitions

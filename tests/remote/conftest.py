@@ -1,0 +1,103 @@
+"""Fixtures of the sharing tests: a real S3 API server (moto) and a Hub stand-in, both on loopback.
+
+Every backend runs the same contract (``remote_url``): a local folder, file://,
+memory://, s3:// against moto's server, and hf:// against ``hub_server.py``
+through the real huggingface_hub client.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BUCKET = "ikdata-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's real S3 server on 127.0.0.1 with a free port; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """Point boto at the moto server with dummy credentials; create the test bucket."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+    try:
+        client.create_bucket(Bucket=BUCKET)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    return s3_server
+
+
+@pytest.fixture(scope="session")
+def hub_server():
+    """The Hub stand-in (tests/remote/hub_server.py) on a free loopback port; yields its endpoint."""
+    from hub_server import HubServer
+
+    server = HubServer(port=_free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hub_env(hub_server, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", hub_server.endpoint)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    return hub_server
+
+
+from helpers import BACKENDS, url_for  # noqa: E402
+
+
+@pytest.fixture(params=BACKENDS)
+def remote_url(request, tmp_path) -> str:
+    """One contract, every backend: a fresh, empty remote."""
+    return url_for(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def make_dataset(tmp_path, gemm_record):
+    """Factory: a committed ikdata dataset with ``rows`` small GEMM workloads (distinct per ``seed``)."""
+
+    def make(name: str, rows: int = 3, *, seed: int = 0, start: int = 0) -> Path:
+        from ikdata.definitions import USER, Definition
+        from ikdata.writer import DatasetWriter
+
+        root = tmp_path / name
+        definition = Definition.from_dict(gemm_record, origin=USER, source="test")
+        writer = DatasetWriter(root)
+        rng = np.random.default_rng(seed)
+        w = rng.standard_normal((4, 8)).astype(np.float32)
+        for i in range(start, start + rows):
+            a = rng.standard_normal((i % 5 + 1, 8)).astype(np.float32)
+            writer.add(definition, {"A": a, "W": w}, {"C": a @ w.T},
+                       {"engine": "test", "model": "tiny", "request_id": f"s{seed}-r{i}", "step": i})
+        writer.commit()
+        return root
+
+    return make

@@ -1,0 +1,31 @@
+"""Helpers shared by the replay tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GEMM_REFERENCE = """import torch
+
+def run(A, W):
+    return torch.matmul(A, W.T)
+"""
+
+
+def gemm_record(name: str = "gemm_n4_k8", *, dtype: str = "float32", reference: str = GEMM_REFERENCE,
+                **extra: Any) -> dict:
+    """C[M, N] = A[M, K] @ W[N, K].T with N=4, K=8 and M a var axis."""
+    return {
+        "name": name, "op_type": "gemm",
+        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 4}, "K": {"type": "const", "value": 8}},
+        "inputs": {"A": {"shape": ["M", "K"], "dtype": dtype}, "W": {"shape": ["N", "K"], "dtype": dtype}},
+        "outputs": {"C": {"shape": ["M", "N"], "dtype": dtype}},
+        "reference": reference, **extra,
+    }
+
+
+def without_timings(report: dict) -> dict:
+    """A report with what differs between two identical runs removed: timings (and the combined shard list)."""
+    drop = ("started_at", "finished_at", "shards")
+    found = {k: v for k, v in report.items() if k not in drop}
+    found["cases"] = [{k: v for k, v in case.items() if k != "seconds"} for case in report["cases"]]
+    return found

@@ -1,0 +1,231 @@
+"""Benchmark: ``validate --deep`` hashing throughput against raw hashlib sha256 x cores.
+
+Builds (once, cached) an ikdata dataset of 10,000 GEMM-like workloads whose blobs
+hold at least 100 MB, then measures in the same run:
+
+* baseline: ``hashlib.sha256`` over an in-memory buffer on one thread (GB/s),
+  times the cores used; and the same buffer hashed by N threads at once;
+* the verify path: ``ikdata.store.rehash_files`` over every blob (what
+  ``validate --deep`` runs), and the whole ``validate(ds, deep=True)``
+  (records, schemas, headers and hashing) in-process and as the CLI.
+
+Blob-size mix (documented in docs/benchmarks/validate.md): per workload an
+activation A[M, 512] bf16 and an output C[M, 1024] bf16 with M drawn uniformly
+from 1..32 (1-64 KiB each), plus one of 24 shared weights W[1024, 512] bf16 (1 MiB,
+deduplicated). Files are warm in the page cache for every measurement.
+
+Usage:
+    .venv/bin/python tools/bench/bench_validate.py [--workloads 10000] [--dir PATH] [--jobs N] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ikdata.digest import tensor_digest
+from ikdata.safetensors_format import encode_header
+from ikdata.store import blob_path
+
+NAME = "gemm_bench_n1024_k512"
+DEFINITION = {
+    "name": NAME, "op_type": "gemm",
+    "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 1024}, "K": {"type": "const", "value": 512}},
+    "inputs": {"A": {"shape": ["M", "K"], "dtype": "bfloat16"}, "W": {"shape": ["N", "K"], "dtype": "bfloat16"}},
+    "outputs": {"C": {"shape": ["M", "N"], "dtype": "bfloat16"}},
+    "reference": "import torch\n\ndef run(A, W):\n    return torch.matmul(A, W.T)\n",
+}
+
+
+def _blob(root: Path, shape: tuple[int, ...], data: bytes) -> dict:
+    digest = tensor_digest("torch.bfloat16", shape, data)
+    rel = blob_path(digest)
+    path = root / rel
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as stream:
+            stream.write(encode_header("torch.bfloat16", shape, len(data)))
+            stream.write(data)
+    return {"type": "safetensors", "path": rel, "tensor_key": "tensor"}
+
+
+def build(root: Path, workloads: int) -> None:
+    """Write the dataset directly (generation speed is not what is measured)."""
+    from ikdata import manifest
+
+    rng = np.random.default_rng(0)
+    (root / "definitions/gemm").mkdir(parents=True, exist_ok=True)
+    (root / f"definitions/gemm/{NAME}.json").write_text(json.dumps(DEFINITION))
+    weights = [_blob(root, (1024, 512), rng.bytes(1024 * 512 * 2)) for _ in range(24)]
+    rows, receipts = [], []
+    for i in range(workloads):
+        m = int(rng.integers(1, 33))
+        a = _blob(root, (m, 512), rng.bytes(m * 512 * 2))
+        c = _blob(root, (m, 1024), rng.bytes(m * 1024 * 2))
+        uuid = f"bench-{i:06d}"
+        rows.append({"definition": NAME, "workload": {"uuid": uuid, "axes": {"M": m},
+                                                      "inputs": {"A": a, "W": weights[i % len(weights)]}}})
+        receipts.append({"uuid": uuid, "definition": NAME, "axes": {"M": m}, "expected_output": {"C": c},
+                         "engine": "bench", "request_id": f"r{i}", "step": 0})
+    (root / "workloads/gemm").mkdir(parents=True, exist_ok=True)
+    (root / f"workloads/gemm/{NAME}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "receipts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in receipts))
+    manifest.write(root)
+    (root / ".complete").write_text("ok\n")
+
+
+def blob_files(root: Path) -> list[Path]:
+    return sorted((root / "blob").rglob("*.safetensors"))  # sorted: the order validate reads them in
+
+
+def warm(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        total += len(path.read_bytes())
+    return total
+
+
+def hashlib_single(buffer: bytes, repeat: int) -> float:
+    """Best single-thread sha256 throughput over ``buffer``, bytes/s."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        hashlib.sha256(buffer).digest()
+        best = min(best, time.perf_counter() - start)
+    return len(buffer) / best
+
+
+def hashlib_threads(buffer: bytes, threads: int, repeat: int) -> float:
+    """Best aggregate throughput of ``threads`` threads each hashing ``buffer`` once, bytes/s."""
+    best = float("inf")
+    for _ in range(repeat):
+        workers = [threading.Thread(target=lambda: hashlib.sha256(buffer).digest()) for _ in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - start)
+    return threads * len(buffer) / best
+
+
+def bare_loop(paths: list[Path], jobs: int) -> None:
+    """The floor for per-file hashing in Python: open, fstat, one read, close, sha256; ``jobs`` threads."""
+    def work(group: list[Path]) -> None:
+        view = memoryview(bytearray(2 << 20))
+        for path in group:
+            fd = os.open(path, os.O_RDONLY)
+            size = os.fstat(fd).st_size
+            os.readv(fd, [view[:size]])
+            os.close(fd)
+            hashlib.sha256(view[:size]).hexdigest()
+
+    workers = [threading.Thread(target=work, args=(paths[i::jobs],)) for i in range(jobs)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def sweep(root: Path, jobs: int, repeat: int, baseline: float) -> None:
+    """The verify path's share of hashlib x cores as a function of blob size (2,000 blobs each)."""
+    from ikdata.store import rehash_files
+
+    print("\nblob size sweep (2,000 blobs each):")
+    print("  blob KiB | verify GB/s | % of hashlib x cores | % of bare per-file loop")
+    rng = np.random.default_rng(2)
+    for kib in (4, 16, 64, 256, 1024):
+        folder = root / f"sweep-{kib}"
+        if not folder.exists():
+            for i in range(2000):
+                _blob(folder, (kib * 512,), rng.bytes(kib * 1024))
+        paths = blob_files(folder)
+        total = warm(paths)
+        t_verify, _ = best_of(repeat, lambda: list(rehash_files(paths, jobs=jobs)))
+        t_floor, _ = best_of(repeat, lambda: bare_loop(paths, jobs))
+        rate = total / t_verify
+        print(f"  {kib:8d} | {rate / 1e9:11.2f} | {100 * rate / baseline:19.1f}% | {100 * t_floor / t_verify:22.1f}%")
+
+
+def best_of(repeat: int, fn) -> tuple[float, object]:
+    best, value = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", type=int, default=10_000)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-cli", action="store_true", help="skip the subprocess run of the CLI")
+    parser.add_argument("--sweep", action="store_true", help="also measure the verify path per blob size")
+    args = parser.parse_args()
+
+    import ikdata
+    from ikdata.store import rehash_files
+
+    root = args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"ikdata-bench-validate-{args.workloads}"
+    if not (root / ".complete").exists():
+        print(f"building {root} ...", flush=True)
+        start = time.perf_counter()
+        build(root, args.workloads)
+        print(f"  built in {time.perf_counter() - start:.1f} s", flush=True)
+    paths = blob_files(root)
+    total = warm(paths)
+    sizes = sorted(p.stat().st_size for p in paths)
+    jobs = args.jobs
+    print(f"dataset: {args.workloads} workloads, {len(paths)} blobs, {total / 1e6:.1f} MB "
+          f"(median blob {sizes[len(sizes) // 2] / 1024:.1f} KiB, max {sizes[-1] / 1024:.0f} KiB); jobs={jobs}")
+
+    buffer = np.random.default_rng(1).bytes(64 << 20)
+    single = hashlib_single(buffer, args.repeat)
+    parallel = hashlib_threads(buffer, jobs, args.repeat)
+    baseline = single * jobs
+    print(f"hashlib sha256, 1 thread:           {single / 1e9:6.2f} GB/s")
+    print(f"hashlib sha256 x {jobs} cores (target):  {baseline / 1e9:6.2f} GB/s  "
+          f"(measured with {jobs} threads: {parallel / 1e9:.2f} GB/s)")
+
+    floor_time, _ = best_of(args.repeat, lambda: bare_loop(paths, jobs))
+    print(f"bare per-file loop (open/read/close/sha256, {jobs} threads): {floor_time:6.3f} s  "
+          f"{total / floor_time / 1e9:6.2f} GB/s  = {100 * total / floor_time / baseline:5.1f}% of hashlib x cores")
+    rehash_time, checks = best_of(args.repeat, lambda: list(rehash_files(paths, jobs=jobs)))
+    assert all(c.error is None for c in checks), [c.error for c in checks if c.error][:3]
+    rate = total / rehash_time
+    print(f"verify path (rehash_files, {len(paths)} files): {rehash_time:6.3f} s  {rate / 1e9:6.2f} GB/s  "
+          f"= {100 * rate / baseline:5.1f}% of hashlib x cores, {100 * floor_time / rehash_time:5.1f}% of the bare loop")
+
+    validate_time, report = best_of(args.repeat, lambda: ikdata.validate(ikdata.open(root), deep=True, jobs=jobs))
+    assert report.ok, [str(p) for p in report.problems[:5]]
+    end_to_end = total / validate_time
+    print(f"validate(deep=True) in-process:     {validate_time:6.3f} s  {end_to_end / 1e9:6.2f} GB/s  "
+          f"= {100 * end_to_end / baseline:5.1f}% of hashlib x cores  "
+          f"({report.workloads} workloads, {report.receipts} receipts, {report.blobs_rehashed} blobs)")
+    shallow_time, _ = best_of(args.repeat, lambda: ikdata.validate(ikdata.open(root), deep=False, jobs=jobs))
+    print(f"validate(deep=False) in-process:    {shallow_time:6.3f} s  (records, schemas, headers only)")
+    if not args.no_cli:
+        cli = Path(sys.executable).with_name("ikdata")
+        cli_time, proc = best_of(1, lambda: subprocess.run([str(cli), "validate", str(root), "--deep"],
+                                                           capture_output=True, text=True))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        print(f"ikdata validate --deep (CLI):       {cli_time:6.3f} s  {total / cli_time / 1e9:6.2f} GB/s  "
+              f"= {100 * total / cli_time / baseline:5.1f}% of hashlib x cores")
+    if args.sweep:
+        sweep(root.with_name(root.name + "-sweep"), jobs, args.repeat, baseline)
+
+
+if __name__ == "__main__":
+    main()
