@@ -353,8 +353,9 @@ def _read_dst(dst: Path) -> tuple[dict[str, tuple[dict, str]], dict[str, dict], 
         if (dst / "definitions").is_dir() else ({}, [])
     ds = Dataset(dst, "ikdata")
     for path in ds.workload_files():
+        display = ds.rel(path)
         for line, record in jsonl.read(path).records:
-            rows.setdefault(record["workload"]["uuid"], (record, f"{ds.rel(path)}:{line}"))
+            rows.setdefault(record["workload"]["uuid"], (record, f"{display}:{line}"))
     if (dst / RECEIPTS).is_file():
         for _, record in jsonl.read(dst / RECEIPTS).records:
             receipts.setdefault(record["uuid"], record.get("expected_output") or {})

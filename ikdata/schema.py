@@ -163,8 +163,8 @@ class _Compiler:
                 tests = [_TYPES[n] for n in names]
                 checks.append(tests[0] if len(tests) == 1 else lambda v, tests=tests: any(t(v) for t in tests))
             elif key == "required":
-                keys = list(value)
-                checks.append(lambda v, keys=keys: not isinstance(v, dict) or all(k in v for k in keys))
+                keys = frozenset(value)
+                checks.append(lambda v, keys=keys: not isinstance(v, dict) or v.keys() >= keys)
             elif key == "const":
                 checks.append(lambda v, c=value: _json_equal(v, c))
             elif key == "enum":
@@ -187,7 +187,13 @@ class _Compiler:
                 checks.append(lambda v, f=item: not isinstance(v, list) or all(f(x) for x in v))
             elif key == "oneOf":
                 options = [self.node(s, document) for s in value]
-                checks.append(functools.partial(_one_of, tuple(options)))
+                generic = functools.partial(_one_of, tuple(options))
+                tag = _discriminator(value)
+                if tag is None:
+                    checks.append(generic)
+                else:  # options told apart by a required string constant: test only the one it names
+                    field, by_value = tag[0], {c: options[i] for c, i in tag[1].items()}
+                    checks.append(functools.partial(_tagged_one_of, field, by_value, generic))
             elif key == "not":
                 inner = self.node(value, document)
                 checks.append(lambda v, f=inner: not f(v))
@@ -223,6 +229,36 @@ def _all_of(checks: tuple[Callable[[Any], bool], ...], value: Any) -> bool:
         if not check(value):
             return False
     return True
+
+
+def _discriminator(options: list[Any]) -> tuple[str, dict[str, int]] | None:
+    """The property whose string ``const`` differs in every option and every option requires."""
+    if not options or not all(isinstance(o, dict) for o in options):
+        return None
+    for field in (options[0].get("properties") or {}):
+        consts = {}
+        for i, option in enumerate(options):
+            spec = (option.get("properties") or {}).get(field)
+            if not (isinstance(spec, dict) and isinstance(spec.get("const"), str)
+                    and field in (option.get("required") or ())):
+                break
+            consts[spec["const"]] = i
+        else:
+            if len(consts) == len(options):
+                return field, consts
+    return None
+
+
+def _tagged_one_of(field: str, by_value: dict[str, Callable[[Any], bool]],
+                   generic: Callable[[Any], bool], value: Any) -> bool:
+    if isinstance(value, dict):
+        tag = value.get(field)
+        if isinstance(tag, str):
+            option = by_value.get(tag)
+            return option(value) if option is not None else False
+        if field not in value:
+            return False
+    return generic(value)
 
 
 def _one_of(options: tuple[Callable[[Any], bool], ...], value: Any) -> bool:

@@ -198,6 +198,12 @@ class BlobStore:
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         """Every stored blob as (relative path, size), from a directory scan (no reads)."""
+        for relative, size, _ in self.scan_blobs():
+            yield relative, size
+
+    def scan_blobs(self) -> Iterator[tuple[str, int, bool]]:
+        """Every ``*.safetensors`` under ``blob/`` as (relative path, size, is a symlink); links to
+        folders are not followed."""
         top = os.path.join(self.root, BLOB_DIR)
         if not os.path.isdir(top):
             return
@@ -209,22 +215,42 @@ class BlobStore:
                     if entry.is_dir(follow_symlinks=False):
                         stack.append((entry.path, relative + entry.name + "/"))
                     elif entry.name.endswith(".safetensors") and not entry.name.startswith(".tmp-"):
-                        yield relative + entry.name, entry.stat(follow_symlinks=False).st_size
+                        yield (relative + entry.name, entry.stat(follow_symlinks=False).st_size,
+                               entry.is_symlink())
 
 
 def read_entries(path: str | os.PathLike) -> list[TensorEntry]:
     """The tensors in a safetensors file, with every offset checked against the file size.
 
+    Reads only the header (one ``pread`` for every blob ikdata writes); headers seen
+    before are not parsed again.
+
     Raises:
         BlobCorrupted: the file is truncated or its header is malformed.
+        OSError: the file cannot be opened or read.
     """
-    with open(path, "rb") as stream:
-        size = os.fstat(stream.fileno()).st_size
-        prefix = stream.read(_HEADER_READ)
-        try:
-            return _parse(stream, prefix, size)
-        except FormatError as exc:
-            raise BlobCorrupted(f"{path}: {exc}", path=str(path)) from exc
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, _HEADER_READ, 0)
+        length = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
+        if len(head) < 8 + length <= size and length <= MAX_HEADER_BYTES:
+            head += os.pread(fd, 8 + length - len(head), len(head))
+    finally:
+        os.close(fd)
+    try:
+        if 0 <= length <= MAX_HEADER_BYTES and 8 + length <= len(head):
+            key = (head[8:8 + length], size)
+            found = _HEADERS.get(key)
+            if found is None:
+                entries = parse_header(head[:8 + length], size)
+                found = (entries, [tensor_prefix(e.dtype, e.shape) for e in entries])
+                if len(_HEADERS) < 4096:
+                    _HEADERS[key] = found
+            return list(found[0])
+        return parse_header(head, size)  # raises the precise FormatError
+    except FormatError as exc:
+        raise BlobCorrupted(f"{path}: {exc}", path=str(path)) from exc
 
 
 def _parse(stream: Any, prefix: bytes, size: int) -> list[TensorEntry]:
@@ -331,9 +357,12 @@ def rehash_files(paths: Iterable[str | os.PathLike], *, jobs: int | None = None)
     paths = list(paths)
     batch = max(1, min(256, len(paths) // (jobs * 8) or 1))
     batches = [paths[i:i + batch] for i in range(0, len(paths), batch)]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         for checks in pool.map(lambda group: [rehash_file(p) for p in group], batches):
             yield from checks
+    finally:  # a consumer that stops early does not wait for the batches still queued
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 __all__ = ["BlobStore", "PutResult", "RawTensor", "raw_tensor", "blob_path", "digest_from_path",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from ikdata.errors import RecordError, StoreError
 from ikdata.problems import Problem
 from ikdata.records import TensorRef
 from ikdata.safetensors_format import TensorEntry
-from ikdata.store import digest_from_path, read_entries, rehash_files
+from ikdata.store import BlobCheck, digest_from_path, read_entries, rehash_files
 
 
 @dataclass
@@ -66,6 +67,55 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> Val
         >>> [str(p) for p in report.problems]
     """
     report = ValidationReport(deep=deep)
+    prehash = _Prehash(ds, jobs) if deep else None  # hashes blobs while the records are checked
+    try:
+        _validate(ds, report, prehash, deep=deep, jobs=jobs)
+    finally:
+        if prehash is not None:
+            prehash.cancel()
+    return report
+
+
+class _Prehash:
+    """Rehash every regular file under ``blob/`` on background threads, from the start of a deep
+    validation: the records are checked (GIL-bound) while the blobs are read and hashed (GIL
+    released). Symlinks, and a ``blob/`` folder that is itself a link out of the dataset, are
+    left to the foreground, which refuses links that leave the dataset before reading them."""
+
+    def __init__(self, ds: Dataset, jobs: int | None) -> None:
+        scanned = list(ds.store.scan_blobs())
+        self.stored = {rel: size for rel, size, _ in scanned}
+        real_root = os.path.realpath(ds.root)
+        blob_top = os.path.realpath(os.path.join(ds.root, "blob"))
+        inside = blob_top.startswith(real_root.rstrip(os.sep) + os.sep)
+        self.paths = sorted(rel for rel, _, link in scanned if not link) if inside else []
+        self.results: dict[str, BlobCheck] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(str(ds.root), jobs), daemon=True,
+                                        name="ikdata-prehash")
+        self._thread.start()
+
+    def _run(self, root: str, jobs: int | None) -> None:
+        checks = rehash_files([os.path.join(root, p) for p in self.paths], jobs=jobs)
+        try:
+            for rel, check in zip(self.paths, checks):
+                self.results[rel] = check
+                if self._stop.is_set():
+                    break
+        finally:
+            checks.close()
+
+    def wait(self) -> dict[str, BlobCheck]:
+        self._thread.join()
+        return self.results
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *, deep: bool,
+              jobs: int | None) -> None:
     problems = report.problems
     definitions = ds.definitions
     problems += ds.definition_problems
@@ -125,13 +175,12 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> Val
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += ds.problems
 
-    _check_blobs(ds, uses, report, deep=deep, jobs=jobs)
+    _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash)
 
     if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
         from ikdata.manifest import check_manifest
 
         problems += check_manifest(ds)
-    return report
 
 
 def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
@@ -181,7 +230,7 @@ def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, 
 
 
 def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, deep: bool,
-                 jobs: int | None) -> None:
+                 jobs: int | None, prehash: _Prehash | None = None) -> None:
     problems = report.problems
     files: dict[str, Path | None] = {}
     resolved = ds.resolve_all(use.ref.path for use in uses)
@@ -193,7 +242,8 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                                     "unsafe-path"))
         else:
             files[use.ref.path] = found
-    stored = dict(ds.store.iter_blobs())  # one directory scan instead of a stat per descriptor
+    # one directory scan instead of a stat per descriptor
+    stored = prehash.stored if prehash is not None else dict(ds.store.iter_blobs())
     readable = {rel: path for rel, path in files.items()
                 if path is not None and (rel in stored or path.is_file())}
     entries: dict[str, list[TensorEntry] | str] = {}
@@ -204,7 +254,11 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                 problems.append(Problem(rel, str(found).lstrip(": ") + "; not rehashed", code="unsafe-path"))
         paths = sorted(set(readable) | {rel for rel, found in unreferenced.items() if isinstance(found, Path)})
         root = str(ds.root)
-        for rel, check in zip(paths, rehash_files([os.path.join(root, p) for p in paths], jobs=jobs)):
+        done = prehash.wait() if prehash is not None else {}
+        rest = [p for p in paths if p not in done]
+        found = dict(zip(rest, rehash_files([os.path.join(root, p) for p in rest], jobs=jobs)))
+        for rel in paths:
+            check = done.get(rel) or found[rel]
             report.blobs_rehashed += 1
             if check.error:
                 entries[rel] = check.error

@@ -322,3 +322,61 @@ def test_every_single_byte_flip_of_a_blob_is_caught_by_deep(ikdata_dataset):
         assert any(rel in (p.path + p.message) for p in report.problems), (position, report.problems)
     path.write_bytes(original)
     assert ikdata.validate(ikdata.open(root), deep=True).ok
+
+
+def test_deep_never_reads_a_stray_link_that_leaves_the_dataset(ikdata_dataset, tmp_path):
+    root = ikdata_dataset
+    outside = tmp_path / "secret.safetensors"
+    outside.write_bytes(b"not even safetensors")
+    (root / "blob" / "sha256" / "zz").mkdir()
+    (root / "blob" / "sha256" / "zz" / "stray.safetensors").symlink_to(outside)
+    result = runner.invoke(app, ["validate", str(root), "--deep", "--json"])
+    assert result.exit_code == 1
+    problems = _problems(result.stdout)
+    stray = [p for p in problems if p.path == "blob/sha256/zz/stray.safetensors"]
+    assert [p.code for p in stray] == ["unsafe-path"]
+    assert "is a link that leaves the dataset" in stray[0].message and "not rehashed" in stray[0].message
+    assert json.loads(result.stdout)["blobs_rehashed"] == 7
+
+
+def test_a_blob_folder_that_is_a_link_out_of_the_dataset_is_refused(ikdata_dataset, tmp_path):
+    root = ikdata_dataset
+    moved = tmp_path / "elsewhere"
+    (root / "blob").rename(moved)
+    (root / "blob").symlink_to(moved)
+    result = runner.invoke(app, ["validate", str(root), "--deep", "--json"])
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    unsafe = [p for p in _problems(result.stdout) if p.code == "unsafe-path"]
+    assert len(unsafe) == 3 * 2 + 3  # every use: 2 inputs per row, 1 output per receipt
+    assert document["blobs_rehashed"] == 0
+
+
+def test_resolve_all_agrees_with_resolve(ikdata_dataset, tmp_path):
+    import ikdata
+    from ikdata.errors import RecordError
+
+    root = ikdata_dataset
+    rel = _blob_of(root)
+    outside = tmp_path / "out"
+    outside.mkdir()
+    (outside / "x.safetensors").write_bytes(b"x")
+    (root / "blob" / "inside-link.safetensors").symlink_to(root / rel)
+    (root / "blob" / "outside-link.safetensors").symlink_to(outside / "x.safetensors")
+    (root / "blob" / "outdir").symlink_to(outside)
+    (root / "blob" / "relative-up.safetensors").symlink_to("../../out/x.safetensors")
+    paths = [rel, "blob/inside-link.safetensors", "blob/outside-link.safetensors", "blob/outdir/x.safetensors",
+             "blob/relative-up.safetensors", "/etc/passwd", "blob/../x", "blob/missing/none.safetensors", "blob/.",
+             "a\\b", "", "blob//double.safetensors"]
+    ds = ikdata.open(root)
+    together = ds.resolve_all(paths)
+    for path in paths:
+        try:
+            alone = ds.resolve(path)
+        except RecordError as exc:
+            assert isinstance(together[path], RecordError), path
+            assert str(together[path]).lstrip(": ") == str(exc).lstrip(": "), path
+        else:
+            assert together[path] == alone, path
+    assert isinstance(together["blob/outdir/x.safetensors"], RecordError)
+    assert not isinstance(together["blob/inside-link.safetensors"], RecordError)

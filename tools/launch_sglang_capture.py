@@ -21,9 +21,9 @@ Limits you must know:
 
 - CUDA graphs replay recorded kernels without running Python, so hooks never
   fire inside a captured graph: run the server in eager mode
-  (SGLang ``--disable-cuda-graph``; for vLLM, ``enforce_eager=True``). Capture
-  works with ``torch.compile`` only where Dynamo falls back to eager around the
-  patched functions; prefer ``--disable-torch-compile`` (or not enabling it).
+  (SGLang ``--disable-cuda-graph``; for vLLM, ``enforce_eager=True``). Regions
+  compiled by ``torch.compile`` run from their graph and are not captured
+  either: do not enable SGLang's torch.compile for capture runs.
 - Engines call their own fused kernels (paged/ragged attention backends, fused
   RMSNorm + residual, fused MoE, quantised GEMMs). The built-in adapters see only
   ``F.linear`` / ``torch.mm`` / ``torch.matmul`` (2-D), ``F.scaled_dot_product_attention``,

@@ -104,8 +104,18 @@ def _install_module_hook(capturer: Any) -> None:
     tracker = capturer.tracker
 
     def call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
+        local = tracker.local
+        if local.__dict__.get("skip"):  # inside a step that is not selected: no bookkeeping at all
+            return original(module, *args, **kwargs)
         stack = tracker.stack()
         tokens = tracker.begin_step() if tracker.is_step_module(module, stack) else None
+        if tokens is not None and not capturer.is_selected_now():
+            local.skip = True
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                local.skip = False
+                tracker.end_step(tokens)
         stack.append(module)
         try:
             out = original(module, *args, **kwargs)

@@ -104,16 +104,16 @@ class StepTracker:
     def __init__(self, *, step_module: str | None, request_file: str | None) -> None:
         self.step_module = step_module
         self.request_file = RequestFile(request_file) if request_file else None
-        self._local = threading.local()
+        self.local = threading.local()
         self._counters: dict[Any, int] = {}
         self._lock = threading.Lock()
 
     # -- the module stack -----------------------------------------------------------------------
 
     def stack(self) -> list:
-        stack = getattr(self._local, "stack", None)
+        stack = self.local.__dict__.get("stack")
         if stack is None:
-            stack = self._local.stack = []
+            stack = self.local.stack = []
         return stack
 
     def is_step_module(self, module: Any, stack: list) -> bool:

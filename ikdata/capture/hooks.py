@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ikdata import jsonl
@@ -75,7 +76,7 @@ class Capturer:
         self.enabled = True
         self.user: dict[str, Definition] = {}
         for folder in config.definitions:
-            found, problems = read_folder(__import__("pathlib").Path(folder), origin=USER)
+            found, problems = read_folder(Path(folder), origin=USER)
             if problems:
                 raise UsageError(f"--definitions {folder}: " + "; ".join(str(p) for p in problems[:5]))
             self.user.update(found)
@@ -108,11 +109,13 @@ class Capturer:
         original = getattr(owner, name)
         label = label or f"{getattr(owner, '__name__', owner)}.{name}"
         capturer = self
+        tracker_local = self.tracker.local
+        compiling = _compiling_test()
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            if capturer.enabled:
+            if capturer.enabled and not tracker_local.__dict__.get("skip") and not compiling():
                 capturer._dispatch(handler, label, (args, kwargs, out))
             return out
 
@@ -131,7 +134,7 @@ class Capturer:
 
     def add_definitions(self, folder: str) -> None:
         """Make the definitions of a folder available to :meth:`record` by name."""
-        found, problems = read_folder(__import__("pathlib").Path(folder), origin=USER)
+        found, problems = read_folder(Path(folder), origin=USER)
         if problems:
             raise UsageError(f"{folder}: " + "; ".join(str(p) for p in problems[:5]))
         self.user.update(found)
@@ -208,6 +211,9 @@ class Capturer:
         local = self._local
         if getattr(local, "busy", False) or label in self.disabled or not self.is_selected_now():
             return
+        out = call[-1]
+        if type(out).__name__ == "FakeTensor" or getattr(getattr(out, "device", None), "type", None) == "meta":
+            return  # shape propagation (torch.compile, meta devices): no data to capture
         local.busy = True
         try:
             handler(self, *call)
@@ -352,6 +358,16 @@ class Capturer:
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
         self._patches.clear()
+
+
+def _compiling_test() -> Callable[[], bool]:
+    """torch.compiler.is_compiling: True while Dynamo traces (and runs ops on fake tensors), when capture must not run."""
+    try:
+        import torch.compiler
+
+        return torch.compiler.is_compiling
+    except (ImportError, AttributeError):
+        return lambda: False
 
 
 def _is_tensor(value: Any) -> bool:

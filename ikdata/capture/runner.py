@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -147,27 +148,26 @@ def row_counts(root: Path) -> dict[str, int]:
 
 
 def _wait_forwarding(process: subprocess.Popen) -> int:
+    """Wait for the command; pass SIGTERM on to it, and let Ctrl-C reach it alone.
+
+    A terminal sends SIGINT to the whole foreground process group, so the command
+    already has it; the runner ignores it, to commit what was captured afterwards.
+    """
     def forward(signum: int, frame: Any) -> None:
         try:
             process.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    if threading_is_main():
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    else:
-        previous = {}
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, forward)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return process.wait()
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def threading_is_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:

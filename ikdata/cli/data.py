@@ -50,7 +50,8 @@ def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dat
 
 
 @app.command(epilog=VALIDATE_EXAMPLES)
-def validate(ctx: typer.Context, path: DatasetOrUrlArg, deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
+def validate(ctx: typer.Context, path: DatasetOrUrlArg,
+             deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
              definitions: DefinitionsOpt = None, json_: JsonOpt = False,
              jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None) -> None:
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
@@ -105,7 +106,8 @@ def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uu
 
 
 @app.command()
-def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None,
+          json_: JsonOpt = False) -> None:
     """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio."""
     from ikdata.stats import compute
 

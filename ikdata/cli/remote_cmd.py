@@ -47,7 +47,7 @@ def _options(endpoint_url: str | None, profile: str | None, revision: str | None
 @contextlib.contextmanager
 def _progress(enabled: bool) -> Iterator[Callable | None]:
     """A rich progress bar of bytes and objects, driven by the library's callbacks."""
-    if not enabled:
+    if not enabled or not out.err_console.is_terminal:  # a bar only where someone watches it
         yield None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn

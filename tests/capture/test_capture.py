@@ -265,3 +265,16 @@ def test_user_adapter_from_a_module_path(tmp_path, monkeypatch, user_definitions
     [receipt] = _receipts(tmp_path / "ds")
     assert receipt["definition"] == "gemm_test_n4_k8" and receipt["operation"] == "Engine.gemm"
     assert json.loads((tmp_path / "ds/definitions/gemm/gemm_test_n4_k8.json").read_text())["name"] == "gemm_test_n4_k8"
+
+
+def test_fake_tensors_are_not_captured(capture_into, tmp_path):
+    """torch.compile traces ops on fake tensors (and may call patched functions then): nothing is captured."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cap = capture_into()
+    with FakeTensorMode():
+        out = F.linear(torch.randn(3, 8), torch.randn(4, 8))
+    assert type(out).__name__ == "FakeTensor"
+    F.linear(torch.randn(2, 8, device="meta"), torch.randn(4, 8, device="meta"))
+    capture.flush()
+    assert _rows(tmp_path / "ds") == [] and cap.failures == []

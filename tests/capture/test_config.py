@@ -113,3 +113,20 @@ def test_exit_status_of_the_command_is_passed_on(tmp_path):
                                       sys.executable, "-c", "raise SystemExit(3)"])
     assert result.exit_code == 3
     assert "the command exited with status 3" in result.output
+
+
+def test_public_api_is_exported():
+    import ikdata.capture
+
+    assert sorted(ikdata.capture.__all__) == sorted(
+        ["CaptureConfig", "current", "flush", "install", "instantiate", "load_templates", "parse_size",
+         "parse_steps", "request", "step", "trusted_instances", "uninstall", "write_request_file"])
+    assert all(hasattr(ikdata.capture, name) for name in ikdata.capture.__all__)
+
+
+def test_capture_help_lists_every_option():
+    result = CliRunner().invoke(app, ["capture", "--help"])
+    assert result.exit_code == 0
+    for option in ("--into", "--definitions", "--only", "--steps", "--max-per-definition", "--max-bytes",
+                   "--step-module", "--request-file", "--adapter", "--strict"):
+        assert option in result.output

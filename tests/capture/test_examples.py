@@ -84,3 +84,6 @@ def test_tiny_llama_prefill_and_decode(capture_into, tmp_path):
     assert norm.provenance["operation"] == "LlamaRMSNorm.forward"
     assert norm.provenance["module_path"].startswith("LlamaForCausalLM.model.")
     assert _replays_match(ds) == {"gemm": 9, "attention": 2, "norm": 2}
+    flashinfer = pytest.importorskip("flashinfer_bench.data")
+    traces = flashinfer.TraceSet.from_path(str(tmp_path / "ds"))  # the layout loads unchanged in FlashInfer
+    assert set(traces.definitions) == set(ds.definitions)

@@ -127,7 +127,7 @@ CONCURRENT = """
 import sys
 import torch, torch.nn.functional as F
 W = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))  # the same weight in every process
-for rows in range(1, 13):
+for rows in range(1, 19):
     F.linear(torch.randn(rows, 32), W)
 """
 
@@ -136,11 +136,11 @@ def test_concurrent_processes_write_every_row_whole(tmp_path):
     script = write_script(tmp_path, "worker.py", CONCURRENT)
     into = tmp_path / "ds"
     env = capture_env({"into": str(into)})
-    processes = [subprocess.Popen([sys.executable, str(script)], env=env) for _ in range(3)]
-    assert [p.wait(timeout=120) for p in processes] == [0, 0, 0]
+    processes = [subprocess.Popen([sys.executable, str(script)], env=env) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in processes] == [0, 0]
     lines = (into / "workloads/gemm/dense_gemm_f32_nt_n64_k32.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]  # every line is one whole row
-    assert len(rows) == 36 and len({r["workload"]["uuid"] for r in rows}) == 36
+    assert len(rows) == 36 and len({r["workload"]["uuid"] for r in rows}) == 36  # 2 processes x 18
     assert len({r["workload"]["inputs"]["W"]["path"] for r in rows}) == 1
     assert len(_receipts(into)) == 36
     assert ikdata.validate(ikdata.open(into), deep=True).problems == []

@@ -319,3 +319,18 @@ def test_dst_that_is_another_layout_is_a_usage_error(validated, seed_dataset):
     result = runner.invoke(app, ["import", str(validated(rows=1)), str(seed_root)])
     assert result.exit_code == 2
     assert f"{seed_root}: DST is not an ikdata dataset; import into an ikdata dataset or a new folder" in result.output
+
+
+def test_src_without_manifest_gets_an_id_computed_without_writing_into_it(tmp_path):
+    from ikdata.manifest import build, dataset_id, read
+
+    src = capture(tmp_path / "src", rows=2, commit=False)
+    replay_by_hand(src)
+    before = tree_digest(src)
+    result = import_dataset(src, tmp_path / "dst", how="pull", source="s3://bucket/runs/a")
+    assert tree_digest(src) == before and not (src / "ikdata.json").exists()
+    assert result.parent_id == dataset_id(build(src))
+    [parent] = read(tmp_path / "dst")["parents"]
+    assert parent["id"] == result.parent_id and parent["how"] == "pull" and parent["source"] == "s3://bucket/runs/a"
+    hop = read_jsonl(tmp_path / "dst" / "receipts.jsonl")[0]["imports"][0]
+    assert hop["how"] == "pull" and hop["source"] == "s3://bucket/runs/a" and hop["at"] == parent["at"]

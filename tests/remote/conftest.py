@@ -30,8 +30,26 @@ def s3_server():
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    app = server._server.app
+
+    def counted(environ, start_response):
+        _S3_REQUESTS.append(f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}?"
+                            f"{environ.get('QUERY_STRING', '')}")
+        return app(environ, start_response)
+
+    server._server.app = counted
     yield f"http://127.0.0.1:{port}"
     server.stop()
+
+
+_S3_REQUESTS: list[str] = []
+
+
+@pytest.fixture
+def s3_requests(s3_env) -> list[str]:
+    """Every request the S3 server receives from now on, as "METHOD /path?query"."""
+    _S3_REQUESTS.clear()
+    return _S3_REQUESTS
 
 
 @pytest.fixture
@@ -71,7 +89,7 @@ def hub_env(hub_server, monkeypatch):
     return hub_server
 
 
-from helpers import BACKENDS, url_for  # noqa: E402
+from remote_helpers import BACKENDS, url_for  # noqa: E402
 
 
 @pytest.fixture(params=BACKENDS)

@@ -20,7 +20,7 @@ def _run(*args: str):
 @pytest.mark.parametrize("backend", ["s3", "hf"])
 def test_push_clone_replay_validate(backend, request, tmp_path, make_dataset, gemm_record):
     """Done when: pushed to S3 / the Hub stand-in and cloned back, the dataset is identical and replays."""
-    from helpers import replay_and_commit, url_for
+    from remote_helpers import replay_and_commit, url_for
 
     url = url_for(backend, request, tmp_path)
     root = make_dataset("src", rows=3)
@@ -69,7 +69,7 @@ def test_ls_stats_validate_read_a_remote_without_pulling(tmp_path, make_dataset)
 
 
 def test_validate_url_catches_a_corrupted_blob_with_deep(tmp_path, make_dataset):
-    from helpers import first_blob, flip_last_byte, tamper
+    from remote_helpers import first_blob, flip_last_byte, tamper
 
     root = make_dataset("src")
     url = str(tmp_path / "remote")
@@ -82,7 +82,7 @@ def test_validate_url_catches_a_corrupted_blob_with_deep(tmp_path, make_dataset)
 
 
 def test_pull_merges_into_a_dataset_with_data(tmp_path, make_dataset, gemm_record):
-    from helpers import replay_and_commit
+    from remote_helpers import replay_and_commit
 
     a = make_dataset("a", rows=2, seed=1)
     b = make_dataset("b", rows=2, seed=2)

@@ -117,7 +117,7 @@ def test_loser_with_unmergeable_data_refuses_and_remote_holds_the_winner_intact(
 def test_losers_with_validated_data_rebase_and_the_remote_holds_both(make_dataset, tmp_path, monkeypatch,
                                                                     gemm_record):
     """Validated datasets merge: the loser pulls the winner (import rules), then publishes the union."""
-    from helpers import replay_and_commit
+    from remote_helpers import replay_and_commit
 
     url = str(tmp_path / "remote")
     a = make_dataset("a", rows=2, seed=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import first_blob, flip_last_byte, tamper
+from remote_helpers import first_blob, flip_last_byte, tamper
 
 from ikdata import manifest
 from ikdata.errors import RemoteError

@@ -25,7 +25,7 @@ from ikdata.remote.pull import clone
 from ikdata.remote.push import push
 from ikdata.validate import validate
 
-from helpers import url_for
+from remote_helpers import url_for
 
 KILLER = textwrap.dedent("""
     import os, signal, sys

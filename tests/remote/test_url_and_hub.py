@@ -82,3 +82,16 @@ def test_hub_revision_in_url_is_read(hub_env, make_dataset, tmp_path):
     sha = hub_env.repos["test-org/rev"].branches["main"]
     copy = clone(f"hf://datasets/test-org/rev@{sha}", tmp_path / "copy")
     assert copy.dataset_id == manifest.current_id(root)
+
+
+def test_s3_noop_push_lists_once_and_sends_nothing(s3_env, make_dataset, s3_requests):
+    root = make_dataset("src", rows=3)
+    push(root, "s3://ikdata-test/noop")
+    s3_requests.clear()
+    again = push(root, "s3://ikdata-test/noop")
+    assert not again.published
+    lists = [r for r in s3_requests if "list-type=2" in r]
+    writes = [r for r in s3_requests if r.startswith(("PUT", "POST"))]
+    assert writes == []
+    assert len(lists) == 2  # blobs once, small files once
+    assert len(s3_requests) == 4, s3_requests  # + the bucket check and the manifest read

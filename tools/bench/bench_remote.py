@@ -141,9 +141,9 @@ def main() -> None:
         requests_get = counter.count
         got = sum(f.stat().st_size for f in get_dir.rglob("*") if f.is_file())
         print(f"pull (clone, verified): {pulled.blobs_fetched} blobs, {nbytes / 2**20:.1f} MiB in {t_pull:.2f} s = "
-              f"{nbytes / 2**20 / t_pull:.1f} MiB/s, {pulled.blobs_fetched / t_pull:.0f} blobs/s "
+              f"{nbytes / 2**10 / t_pull:.1f} KiB/s, {pulled.blobs_fetched / t_pull:.0f} blobs/s "
               f"({requests_pull} requests)")
-        print(f"s3fs get of the same blobs: {got / 2**20:.1f} MiB in {t_get:.2f} s = {got / 2**20 / t_get:.1f} MiB/s "
+        print(f"s3fs get of the same blobs: {got / 2**20:.1f} MiB in {t_get:.2f} s = {got / 2**10 / t_get:.1f} KiB/s "
               f"({requests_get} requests); ikdata pull takes {t_pull / t_get:.2f}x the time of s3fs get")
     finally:
         shutil.rmtree(work, ignore_errors=True)

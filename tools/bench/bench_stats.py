@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
 
     root = args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"ikdata-bench-stats-{args.rows}"
     if not (root / ".complete").exists():
@@ -141,3 +142,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

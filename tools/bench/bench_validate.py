@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--no-cli", action="store_true", help="skip the subprocess run of the CLI")
     parser.add_argument("--sweep", action="store_true", help="also measure the verify path per blob size")
     args = parser.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
 
     import ikdata
     from ikdata.store import rehash_files
@@ -229,3 +230,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
