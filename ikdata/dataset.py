@@ -12,7 +12,7 @@ import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator
+from typing import Any, Collection, Iterable, Iterator
 
 from ikdata import jsonl, schema
 from ikdata.definitions import (DATASET, SHIPPED, USER, Definition, read_folder, shipped_folder)
@@ -128,18 +128,23 @@ class Dataset:
         folder = self.root / "workloads"
         return sorted(folder.rglob("*.jsonl")) if folder.is_dir() else []
 
-    def read_workload_file(self, path: Path, *, validate: bool = False) -> Iterator[tuple[int, dict]]:
-        """Raw rows of one file with their lines; bad lines land in ``self.problems``."""
+    def read_records(self, path: Path, kind: str, *, validate: bool) -> Iterator[tuple[int, dict]]:
+        """Raw records of one JSONL file with their lines; torn, malformed and (with ``validate``)
+        schema-breaking lines land in ``self.problems`` instead."""
         display = self.rel(path)
         content = jsonl.read(path, display=display)
         self.problems += content.problems
         for line, record in content.records:
             if validate:
-                found = schema.check("workload", record, path=display, line=line)
+                found = schema.check(kind, record, path=display, line=line)
                 if found:
                     self.problems += found
                     continue
             yield line, record
+
+    def read_workload_file(self, path: Path, *, validate: bool = False) -> Iterator[tuple[int, dict]]:
+        """Raw rows of one file with their lines; bad lines land in ``self.problems``."""
+        return self.read_records(path, "workload", validate=validate)
 
     def workloads(self, definition: str | None = None, *, validate: bool = True) -> Iterator[WorkloadRow]:
         """Every workload row, optionally of one definition. Invalid rows are reported, not yielded."""
@@ -160,14 +165,7 @@ class Dataset:
         """Every receipt. Invalid ones are reported in ``self.problems``, not yielded."""
         for path in self.receipt_files():
             display = self.rel(path)
-            content = jsonl.read(path, display=display)
-            self.problems += content.problems
-            for line, record in content.records:
-                if validate:
-                    found = schema.check("receipt", record, path=display, line=line)
-                    if found:
-                        self.problems += found
-                        continue
+            for line, record in self.read_records(path, "receipt", validate=validate):
                 definition = self.definitions.get(record["definition"])
                 names = list(definition.outputs) if definition else None
                 yield Receipt.from_dict(record, source=display, line=line, output_names=names)
@@ -196,11 +194,13 @@ class Dataset:
             raise RecordError(reason, path=where or None)
         return target
 
-    def resolve_all(self, relatives: Iterable[str]) -> dict[str, Path | RecordError]:
+    def resolve_all(self, relatives: Iterable[str], *,
+                    known_inside: Collection[str] = ()) -> dict[str, Path | RecordError]:
         """``resolve`` for many descriptor paths at once: path -> absolute path, or the RecordError.
 
         The real path of each folder is computed once, so checking 100,000 blobs
-        costs one ``lstat`` per file instead of one per path component.
+        costs one ``lstat`` per file instead of one per path component, and none for
+        ``known_inside``: regular files a directory scan found inside the dataset.
         """
         real_root = os.path.realpath(self.root)
         inside = real_root.rstrip(os.sep) + os.sep
@@ -211,6 +211,9 @@ class Dataset:
                 continue
             reason = check_relative(relative)
             target = self.root / relative
+            if reason is None and relative in known_inside:
+                resolved[relative] = target
+                continue
             if reason is None:
                 parent, _, name = relative.rpartition("/")
                 if name in ("", "."):

@@ -83,12 +83,8 @@ class _Prehash:
     left to the foreground, which refuses links that leave the dataset before reading them."""
 
     def __init__(self, ds: Dataset, jobs: int | None) -> None:
-        scanned = list(ds.store.scan_blobs())
-        self.stored = {rel: size for rel, size, _ in scanned}
-        real_root = os.path.realpath(ds.root)
-        blob_top = os.path.realpath(os.path.join(ds.root, "blob"))
-        inside = blob_top.startswith(real_root.rstrip(os.sep) + os.sep)
-        self.paths = sorted(rel for rel, _, link in scanned if not link) if inside else []
+        self.stored, inside = _scan(ds)
+        self.paths = sorted(inside)
         self.results: dict[str, BlobCheck] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(str(ds.root), jobs), daemon=True,
@@ -233,7 +229,11 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                  jobs: int | None, prehash: _Prehash | None = None) -> None:
     problems = report.problems
     files: dict[str, Path | None] = {}
-    resolved = ds.resolve_all(use.ref.path for use in uses)
+    if prehash is not None:
+        stored, inside = prehash.stored, set(prehash.paths)
+    else:
+        stored, inside = _scan(ds)
+    resolved = ds.resolve_all((use.ref.path for use in uses), known_inside=inside)
     for use in uses:
         found = resolved[use.ref.path]
         if isinstance(found, RecordError):
@@ -242,8 +242,6 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                                     "unsafe-path"))
         else:
             files[use.ref.path] = found
-    # one directory scan instead of a stat per descriptor
-    stored = prehash.stored if prehash is not None else dict(ds.store.iter_blobs())
     readable = {rel: path for rel, path in files.items()
                 if path is not None and (rel in stored or path.is_file())}
     entries: dict[str, list[TensorEntry] | str] = {}
@@ -306,6 +304,17 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         if use.shape is not None and tuple(entry.shape) != tuple(use.shape):
             problems.append(Problem(use.where, f"blob {use.ref.path} has shape {list(entry.shape)}, expected "
                                     f"{list(use.shape)} ({use.context})", use.line, use.pointer, "shape-mismatch"))
+
+
+def _scan(ds: Dataset) -> tuple[dict[str, int], set[str]]:
+    """One directory scan instead of a stat per descriptor: every blob's size, and the regular
+    files that are inside the dataset for sure (no link on the way)."""
+    scanned = list(ds.store.scan_blobs())
+    real_root = os.path.realpath(ds.root)
+    blob_top = os.path.realpath(os.path.join(ds.root, "blob"))
+    inside = blob_top.startswith(real_root.rstrip(os.sep) + os.sep)
+    return ({rel: size for rel, size, _ in scanned},
+            {rel for rel, _, link in scanned if not link} if inside else set())
 
 
 def _entries_or_error(path: Path) -> list[TensorEntry] | str:

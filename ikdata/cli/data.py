@@ -10,8 +10,7 @@ import typer
 from ikdata import manifest as manifest_mod
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DefinitionsOpt, JsonOpt
-from ikdata.dataset import Dataset
+from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, open_dataset
 from ikdata.errors import UsageError
 
 VALIDATE_EXAMPLES = """
@@ -19,24 +18,6 @@ Examples:
   ikdata validate runs/minilm --deep
   ikdata validate seed-capture --definitions seed/definitions --json
 """
-
-
-DatasetOrUrlArg = Annotated[str, typer.Argument(
-    help="Dataset folder, or a remote URL (s3://, hf://, file://, memory://) read without pulling it.",
-    show_default=False)]
-
-
-def _open(path: Path | str, definitions: list[Path] | None, *, ctx: typer.Context | None = None,
-          blobs: str = "none") -> Dataset:
-    """A local dataset, or (given the command's ``ctx``) a remote one read through a temporary verified
-    copy that is removed when the command ends."""
-    from ikdata.remote.url import is_url
-
-    if ctx is not None and is_url(str(path)):
-        from ikdata.remote.readonly import open_url
-
-        return ctx.with_resource(open_url(str(path), blobs=blobs, definitions=definitions or ()))
-    return Dataset.open(Path(path), definitions=definitions or ())
 
 
 @app.command()
@@ -57,7 +38,7 @@ def validate(ctx: typer.Context, path: DatasetOrUrlArg,
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
     from ikdata.validate import validate as run_validate
 
-    report = run_validate(_open(path, definitions, ctx=ctx, blobs="full" if deep else "headers"), deep=deep, jobs=jobs)
+    report = run_validate(open_dataset(path, definitions, ctx=ctx, blobs="full" if deep else "headers"), deep=deep, jobs=jobs)
     if json_:
         out.emit_json(report.to_dict())
     else:
@@ -74,7 +55,7 @@ def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annota
         "--definition", help="Only this definition's workloads.")] = None,
         definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
     """List workloads: uuid, definition, axes."""
-    ds = _open(path, definitions, ctx=ctx)
+    ds = open_dataset(path, definitions, ctx=ctx)
     rows = list(ds.workloads(definition))
     if json_:
         out.emit_json([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source}
@@ -92,7 +73,7 @@ def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uu
     """Show one workload: its row, its receipt and its blobs."""
     from ikdata.inspect import describe_workload
 
-    document = describe_workload(_open(path, definitions), uuid)
+    document = describe_workload(open_dataset(path, definitions), uuid)
     if json_:
         out.emit_json(document)
         return
@@ -111,7 +92,7 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
     """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio."""
     from ikdata.stats import compute
 
-    ds = _open(path, definitions, ctx=ctx, blobs="sizes")
+    ds = open_dataset(path, definitions, ctx=ctx, blobs="sizes")
     result = compute(ds)
     if json_:
         out.emit_json(result.to_dict())

@@ -9,7 +9,7 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DefinitionsOpt, JsonOpt
+from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, open_dataset
 
 IMPORT_EXAMPLES = """
 Examples:
@@ -63,7 +63,7 @@ Examples:
 
 
 @app.command(epilog=LINEAGE_EXAMPLES)
-def lineage(path: DatasetArg,
+def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             key: Annotated[Optional[str], typer.Argument(help="Workload uuid (or unique prefix), or a blob digest. "
                                                          "Omit it for the dataset's parent graph.")] = None,
             dot: Annotated[bool, typer.Option("--dot", help="Print the parent graph for Graphviz.")] = False,
@@ -71,6 +71,7 @@ def lineage(path: DatasetArg,
     """Trace a workload to its capture, imports and validations; or show the parent graph."""
     from ikdata.lineage import graph, trace
 
+    path = open_dataset(path, None, ctx=ctx).root  # a remote is read through a temporary verified copy
     if key is None or dot:
         found = graph(path)
         if dot:

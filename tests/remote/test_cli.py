@@ -107,3 +107,18 @@ def test_commands_have_help():
     for command in ("push", "pull", "clone"):
         result = _run(command, "--help")
         assert result.exit_code == 0 and "Examples:" in result.output and "--endpoint-url" in result.output
+
+
+def test_lineage_reads_a_remote_without_pulling(tmp_path, make_dataset):
+    root = make_dataset("src", rows=2)
+    url = f"file://{tmp_path}/remote"
+    assert _run("push", str(root), url).exit_code == 0
+    uuid = json.loads(_run("ls", str(root), "--json").output)[0]["uuid"]
+
+    remote = _run("lineage", url, uuid, "--json")
+    local = _run("lineage", str(root), uuid, "--json")
+    assert remote.exit_code == 0 == local.exit_code, remote.output
+    chain = json.loads(remote.output)
+    assert [c["uuid"] for c in chain] == [uuid]
+    assert chain[0]["capture"] == json.loads(local.output)[0]["capture"]
+    assert not (tmp_path / "remote-pulled").exists()
