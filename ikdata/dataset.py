@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator
 
 from ikdata import jsonl, schema
@@ -47,7 +47,7 @@ def check_relative(path: str) -> str | None:
         return f"path {path!r} is absolute; expected a path relative to the dataset root"
     if "\\" in path:
         return f"path {path!r} uses backslashes; expected '/' separators"
-    if ".." in PurePosixPath(path).parts:
+    if ".." in path.split("/"):
         return f"path {path!r} contains '..'; expected a path that stays inside the dataset"
     return None
 
