@@ -65,6 +65,7 @@ class ImportResult:
         definitions_added: DST paths of new definition files.
         blobs_linked, blobs_copied: blobs brought in by hardlink or by copy.
         blobs_present: blobs DST already held (neither copied nor rehashed).
+        blobs_new: blobs brought in (or, in a dry run, that would be).
         bytes_in: bytes of tensor data brought in.
         dataset_id: DST's id afterwards (None in a dry run).
         parent_id: SRC's id, now a parent of DST.
@@ -85,13 +86,14 @@ class ImportResult:
     dataset_id: str | None
     parent_id: str
     dry_run: bool
+    blobs_new: int = 0
 
     def to_dict(self) -> dict:
         return {"src": self.src, "dst": self.dst, "dry_run": self.dry_run, "added": list(self.added),
                 "skipped": list(self.skipped), "refused": [r.to_dict() for r in self.refused],
                 "left_out": [r.to_dict() for r in self.left_out], "conflicts": list(self.conflicts),
                 "definitions_added": list(self.definitions_added), "blobs_linked": self.blobs_linked,
-                "blobs_copied": self.blobs_copied, "blobs_present": self.blobs_present,
+                "blobs_copied": self.blobs_copied, "blobs_present": self.blobs_present, "blobs_new": self.blobs_new,
                 "bytes_in": self.bytes_in, "dataset_id": self.dataset_id, "parent_id": self.parent_id}
 
 
@@ -158,7 +160,7 @@ def _result(plan: ImportPlan, src: Path, dst: Path, *, dry_run: bool = False, li
     return ImportResult(str(src), str(dst), tuple(plan.added), tuple(plan.skipped), tuple(plan.refused),
                         tuple(plan.left_out), tuple(plan.conflicts), tuple(plan.definitions),
                         linked, copied, plan.blobs_present, plan.bytes_in, dataset_id,
-                        plan.source.dataset_id, dry_run)
+                        plan.source.dataset_id, dry_run, len(plan.blobs))
 
 
 def _crash_point(name: str) -> None:

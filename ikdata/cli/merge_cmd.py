@@ -38,9 +38,10 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
         out.emit_json(result.to_dict())
     else:
         verb = "would add" if dry_run else "added"
+        moved = (f"{result.blobs_new} new" if dry_run
+                 else f"{result.blobs_linked} linked, {result.blobs_copied} copied")
         out.info(f"{src} -> {dst}: {verb} {len(result.added)} workload(s), skipped {len(result.skipped)} already "
-                 f"present, left out {len(result.left_out)}; blobs: {result.blobs_linked} linked, "
-                 f"{result.blobs_copied} copied, {result.blobs_present} already present "
+                 f"present, left out {len(result.left_out)}; blobs: {moved}, {result.blobs_present} already present "
                  f"({out.human_bytes(result.bytes_in)} in)")
         for left in result.left_out:
             out.info(f"  left out {left.uuid} ({left.definition}): {left.reason}")

@@ -334,3 +334,15 @@ def test_src_without_manifest_gets_an_id_computed_without_writing_into_it(tmp_pa
     assert parent["id"] == result.parent_id and parent["how"] == "pull" and parent["source"] == "s3://bucket/runs/a"
     hop = read_jsonl(tmp_path / "dst" / "receipts.jsonl")[0]["imports"][0]
     assert hop["how"] == "pull" and hop["source"] == "s3://bucket/runs/a" and hop["at"] == parent["at"]
+
+
+def test_dry_run_counts_the_blobs_it_would_bring_in_and_writes_nothing(validated, tmp_path):
+    src = validated(rows=2)
+    dst = tmp_path / "dst"
+    dry = runner.invoke(app, ["import", str(src), str(dst), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "would add 2 workload(s), skipped 0 already present, left out 0; blobs: 5 new, 0 already present" \
+        in dry.output
+    assert not dst.exists()
+    real = runner.invoke(app, ["import", str(src), str(dst)])
+    assert "blobs: 5 linked, 0 copied, 0 already present" in real.output
