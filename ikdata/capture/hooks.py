@@ -110,13 +110,20 @@ class Capturer:
         label = label or f"{getattr(owner, '__name__', owner)}.{name}"
         capturer = self
         tracker_local = self.tracker.local
-        compiling = _compiling_test()
+        compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
+        eager_dispatch = _outside_graph(capturer._dispatch)
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            if capturer.enabled and not tracker_local.__dict__.get("skip") and not compiling():
-                capturer._dispatch(handler, label, (args, kwargs, out))
+            if capturer.enabled and not tracker_local.__dict__.get("skip"):
+                if dynamo_tracing():
+                    # Dynamo is tracing: break the graph here so the capture runs eagerly, on the
+                    # real tensors, each time the compiled code runs. With capture off, Dynamo
+                    # guards on ``enabled`` and the graph has no break.
+                    eager_dispatch(handler, label, (args, kwargs, out))
+                elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
+                    capturer._dispatch(handler, label, (args, kwargs, out))
             return out
 
         wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
@@ -368,6 +375,26 @@ def _compiling_test() -> Callable[[], bool]:
         return torch.compiler.is_compiling
     except (ImportError, AttributeError):
         return lambda: False
+
+
+def _dynamo_test() -> Callable[[], bool]:
+    """torch.compiler.is_dynamo_compiling: True only while Dynamo traces Python bytecode."""
+    try:
+        import torch.compiler
+
+        return torch.compiler.is_dynamo_compiling
+    except (ImportError, AttributeError):
+        return lambda: False
+
+
+def _outside_graph(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` marked for torch.compile to run eagerly (a graph break), never traced."""
+    try:
+        import torch.compiler
+
+        return torch.compiler.disable(function, recursive=True)
+    except (ImportError, AttributeError):
+        return function
 
 
 def _is_tensor(value: Any) -> bool:

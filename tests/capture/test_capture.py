@@ -278,3 +278,46 @@ def test_fake_tensors_are_not_captured(capture_into, tmp_path):
     F.linear(torch.randn(2, 8, device="meta"), torch.randn(4, 8, device="meta"))
     capture.flush()
     assert _rows(tmp_path / "ds") == [] and cap.failures == []
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_capture_works_inside_torch_compile(capture_into, tmp_path, backend):
+    """A patched call inside a compiled function breaks the graph there and is captured eagerly,
+    on the real tensors, with the output the compiled program really produced."""
+    import torch._dynamo
+
+    a, w = torch.randn(3, 8), torch.randn(4, 8)
+    linear = F.linear(a, w)  # computed before capture is installed, so not captured itself
+    torch._dynamo.reset()
+    capture_into()
+
+    def layer(a, w):
+        return F.linear(a, w).relu()
+
+    compiled = torch.compile(layer, backend=backend)
+    with capture.request("compiled"):
+        result = compiled(a, w)
+    capture.flush()
+    torch._dynamo.reset()
+    assert torch.allclose(result, linear.relu())
+    [row] = _rows(tmp_path / "ds")
+    ds = ikdata.open(tmp_path / "ds")
+    [receipt] = list(ds.receipts())
+    assert receipt.provenance["request_id"] == "compiled"
+    inputs = ds.load_inputs(next(ds.workloads()))
+    assert torch.equal(inputs["A"], a) and torch.equal(inputs["W"], w)
+    [expected] = ds.load_expected(receipt).values()
+    assert torch.equal(expected, linear)
+    assert ikdata.validate(ds, deep=True).problems == []
+
+
+def test_compiled_code_has_no_graph_break_when_capture_is_not_installed():
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda a, w: F.linear(a, w).relu(), backend="eager")
+    compiled(torch.randn(3, 8), torch.randn(4, 8))
+    assert sum(counters["graph_break"].values()) == 0
+    torch._dynamo.reset()
