@@ -3,6 +3,10 @@
     >>> import ikdata
     >>> ds = ikdata.open("captures/minilm")
     >>> report = ikdata.validate(ds, deep=True)
+    >>> ikdata.import_dataset("captures/minilm", "shared/")   # validated workloads only
+
+Capture lives in :mod:`ikdata.capture`, replay in :mod:`ikdata.replay.runner` (both import
+torch), sharing in :mod:`ikdata.remote`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from ikdata.definitions import Definition
 from ikdata.errors import (BlobCorrupted, BlobNotFound, DefinitionError, IkdataError, MergeConflict,
                            ProblemsFound, RecordError, RemoteError, StoreError, UntrustedReference,
                            UsageError)
+from ikdata.merge import ImportResult, import_dataset
 from ikdata.problems import Problem
 from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.store import BlobStore
@@ -21,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BlobCorrupted", "BlobNotFound", "BlobStore", "Dataset", "Definition", "DefinitionError",
-    "IkdataError", "MergeConflict", "Problem", "ProblemsFound", "Receipt", "RecordError",
+    "IkdataError", "ImportResult", "MergeConflict", "Problem", "ProblemsFound", "Receipt", "RecordError",
     "RemoteError", "Scalar", "StoreError", "TensorRef", "UntrustedReference", "UsageError",
-    "ValidationReport", "WorkloadRow", "__version__", "open", "validate",
+    "ValidationReport", "WorkloadRow", "__version__", "import_dataset", "open", "validate",
 ]
