@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ikdata import jsonl, manifest
@@ -29,15 +30,31 @@ def init_dataset(path: str | os.PathLike, *, name: str | None = None, descriptio
         return manifest.write(root, name=name, description=description)
 
 
-def repair_dataset(path: str | os.PathLike) -> list[jsonl.RepairResult]:
-    """Set aside torn and malformed lines of every JSONL file, then refresh the manifest."""
+@dataclass(frozen=True)
+class RepairReport:
+    """What ``repair`` did: lines set aside per file, and how a killed import was finished."""
+
+    lines: tuple[jsonl.RepairResult, ...]
+    import_recovery: str | None  # "rolled-forward", "discarded", or None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.lines or self.import_recovery)
+
+
+def repair_dataset(path: str | os.PathLike) -> RepairReport:
+    """Finish a killed import (roll its journal forward, or drop uncommitted staging), set aside
+    torn and malformed lines of every JSONL file, then refresh the manifest."""
+    from ikdata.merge import recover
+
     root = Path(path)
     if not root.is_dir():
         raise UsageError(f"{root}: no such dataset folder")
-    files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
-    files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
     with dataset_lock(root, exclusive=True):
-        results = [r for r in (jsonl.repair(f) for f in files) if r.removed_lines]
+        recovery = recover(root, locked=True)
+        files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
+        files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
+        results = tuple(r for r in (jsonl.repair(f) for f in files) if r.removed_lines)
         if results and (root / manifest.MANIFEST).exists():
             manifest.write(root)
-    return results
+    return RepairReport(results, recovery)

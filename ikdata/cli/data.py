@@ -108,13 +108,17 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
 
 @app.command()
 def repair(path: DatasetArg) -> None:
-    """Set aside torn or malformed JSONL lines (into FILE.rejected) so the dataset reads clean."""
+    """Finish a killed import and set aside torn or malformed JSONL lines (into FILE.rejected)."""
     from ikdata.layout import repair_dataset
 
-    results = repair_dataset(path)
-    if not results:
+    report = repair_dataset(path)
+    if not report.changed:
         out.info(f"{path}: nothing to repair")
-    for r in results:
+    if report.import_recovery == "rolled-forward":
+        out.info(f"{path}: finished an import that was killed after its commit point")
+    elif report.import_recovery == "discarded":
+        out.info(f"{path}: dropped the staging of an import that was killed before its commit point")
+    for r in report.lines:
         out.info(f"{r.path}: moved line(s) {', '.join(map(str, r.removed_lines))} to {r.set_aside}")
 
 

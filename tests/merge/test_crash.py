@@ -95,3 +95,19 @@ def test_uncommitted_staging_is_discarded(pair):
     assert recover(dst) == "discarded"
     assert tracked(dst) == before and not (dst / STAGING).exists()
     assert np is not None
+
+
+def test_ikdata_repair_finishes_a_killed_import_and_validate_is_then_clean(pair):
+    from typer.testing import CliRunner
+
+    from ikdata.cli import app
+
+    src, dst, _, expected_rows = pair
+    assert run_import(src, dst, "journal-written").returncode == -signal.SIGKILL
+    assert rows_by_uuid(dst) != expected_rows  # committed in the journal, not yet in the files
+    result = CliRunner().invoke(app, ["repair", str(dst)])
+    assert result.exit_code == 0, result.output
+    assert "finished an import that was killed after its commit point" in result.output
+    assert not (dst / STAGING).exists()
+    assert rows_by_uuid(dst) == expected_rows
+    assert validate_deep(dst) == []
