@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_validate import DEFINITION, NAME, _blob  # noqa: E402  (same definition and blob writer)
+from _bench import best_of, load_average  # noqa: E402  (tools/bench is on sys.path)
 
 
 def build(root: Path, rows: int) -> None:
@@ -92,22 +93,13 @@ def stats_in_process(root: Path) -> str:
     return buffer.getvalue()
 
 
-def best_of(repeat: int, fn) -> tuple[float, object]:
-    best, value = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(f"load average before: {load_average()} on {os.cpu_count()} cores")
 
     root = args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"ikdata-bench-stats-{args.rows}"
     if not (root / ".complete").exists():
@@ -142,4 +134,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after:  {load_average()}")

@@ -35,6 +35,7 @@ import numpy as np
 from ikdata.digest import tensor_digest
 from ikdata.safetensors_format import encode_header
 from ikdata.store import blob_path
+from _bench import best_of, load_average  # noqa: E402  (tools/bench is on sys.path)
 
 NAME = "gemm_bench_n1024_k512"
 DEFINITION = {
@@ -156,15 +157,6 @@ def sweep(root: Path, jobs: int, repeat: int, baseline: float) -> None:
         print(f"  {kib:8d} | {rate / 1e9:11.2f} | {100 * rate / baseline:19.1f}% | {100 * t_floor / t_verify:22.1f}%")
 
 
-def best_of(repeat: int, fn) -> tuple[float, object]:
-    best, value = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=int, default=10_000)
@@ -174,7 +166,7 @@ def main() -> None:
     parser.add_argument("--no-cli", action="store_true", help="skip the subprocess run of the CLI")
     parser.add_argument("--sweep", action="store_true", help="also measure the verify path per blob size")
     args = parser.parse_args()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(f"load average before: {load_average()} on {os.cpu_count()} cores")
 
     import ikdata
     from ikdata.store import rehash_files
@@ -230,4 +222,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after:  {load_average()}")
