@@ -120,6 +120,22 @@ def write_atomic(path: Path, chunks: Iterable[Any]) -> None:
         os.close(dir_fd)
 
 
+def link_or_copy(source: Path, dest: Path) -> None:
+    """Hard-link ``source`` to ``dest`` (same filesystem), else copy it with :func:`write_atomic`.
+
+    Blobs are immutable and named by content, so sharing an inode is safe; an existing ``dest``
+    is left as it is.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, dest)
+    except FileExistsError:
+        pass
+    except OSError:  # another filesystem (EXDEV), or links not allowed
+        with open(source, "rb") as stream:
+            write_atomic(dest, iter(lambda: stream.read(1 << 22), b""))
+
+
 @dataclass(frozen=True)
 class PutResult:
     """What ``put`` did: the descriptor, the digest, the bytes, and whether a file was written."""
@@ -366,4 +382,5 @@ def rehash_files(paths: Iterable[str | os.PathLike], *, jobs: int | None = None)
 
 
 __all__ = ["BlobStore", "PutResult", "RawTensor", "raw_tensor", "blob_path", "digest_from_path",
-           "read_entries", "rehash_file", "rehash_files", "BlobCheck", "write_atomic", "tensor_prefix"]
+           "read_entries", "rehash_file", "rehash_files", "BlobCheck", "write_atomic", "link_or_copy",
+           "tensor_prefix"]

@@ -281,3 +281,25 @@ def test_raw_tensor_input_is_stored_as_given(tmp_path):
     put = BlobStore(tmp_path).put(raw)
     assert put.digest == tensor_digest("torch.bfloat16", (2,), b"\x80\x3f\x00\x40")
     assert read_entries(tmp_path / put.ref.path)[0].dtype == "torch.bfloat16"
+
+
+def test_link_or_copy_links_on_one_filesystem_and_copies_when_links_fail(tmp_path, monkeypatch):
+    import errno
+
+    from ikdata.store import link_or_copy
+
+    source = tmp_path / "a" / "blob.safetensors"
+    source.parent.mkdir()
+    source.write_bytes(b"x" * 5_000_000)
+    linked = tmp_path / "b" / "blob.safetensors"
+    link_or_copy(source, linked)
+    assert linked.stat().st_ino == source.stat().st_ino
+
+    def cross_device(*_):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr("os.link", cross_device)  # another filesystem cannot be mounted here
+    copied = tmp_path / "c" / "blob.safetensors"
+    link_or_copy(source, copied)
+    assert copied.read_bytes() == source.read_bytes() and copied.stat().st_ino != source.stat().st_ino
+    assert [p.name for p in copied.parent.iterdir()] == ["blob.safetensors"]  # no temp file left

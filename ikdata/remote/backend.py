@@ -19,8 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,19 +257,5 @@ def open_backend(url: str | os.PathLike, options: RemoteOptions | None = None) -
     return FsspecBackend(remote, fs, remote.path)
 
 
-def copy_into(source: Path, dest: Path) -> None:
-    """Hard-link ``source`` to ``dest`` (same filesystem), else copy it."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, dest)
-    except FileExistsError:
-        pass
-    except OSError:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
-        os.close(fd)
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, dest)
-
-
 __all__ = ["Backend", "FsspecBackend", "ManifestState", "PublishConflict", "open_backend", "file_object",
-           "MANIFEST", "BLOB_PREFIX", "FILES_PREFIX", "copy_into"]
+           "MANIFEST", "BLOB_PREFIX", "FILES_PREFIX"]

@@ -24,11 +24,11 @@ from ikdata import manifest as manifest_mod
 from ikdata.dataset import check_relative
 from ikdata.errors import RemoteError, UsageError
 from ikdata.manifest import dataset_id
-from ikdata.remote.backend import BLOB_PREFIX, Backend, copy_into, file_object, open_backend
+from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object, open_backend
 from ikdata.remote.push import parse_remote_manifest
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, run_parallel
 from ikdata.remote.url import RemoteOptions
-from ikdata.store import BLOB_DIR, blob_path, digest_from_path, rehash_file
+from ikdata.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, rehash_file
 
 _SHOWN = 10
 
@@ -164,7 +164,7 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
         if (target / rel).is_file():
             present += 1
         elif have is not None and (have / rel).is_file():
-            copy_into(have / rel, target / rel)
+            link_or_copy(have / rel, target / rel)
             present += 1
         else:
             todo.append(rel)
