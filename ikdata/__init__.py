@@ -11,16 +11,16 @@ torch), sharing in :mod:`ikdata.remote`.
 
 from __future__ import annotations
 
-from ikdata.dataset import Dataset, open
-from ikdata.definitions import Definition
-from ikdata.errors import (BlobCorrupted, BlobNotFound, DefinitionError, IkdataError, MergeConflict,
+from ikdata.core.dataset import Dataset, open
+from ikdata.core.definitions import Definition
+from ikdata.core.errors import (BlobCorrupted, BlobNotFound, DefinitionError, IkdataError, MergeConflict,
                            ProblemsFound, RecordError, RemoteError, StoreError, UntrustedReference,
                            UsageError)
-from ikdata.merge import ImportResult, import_dataset
-from ikdata.problems import Problem
-from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.store import BlobStore
-from ikdata.validate import ValidationReport, validate
+from ikdata.importing.apply import ImportResult, import_dataset
+from ikdata.core.problems import Problem
+from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core.store import BlobStore
+from ikdata.ops.validate import ValidationReport, validate
 
 __version__ = "0.1.0"
 

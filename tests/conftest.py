@@ -25,7 +25,7 @@ def gemm_record() -> dict:
 @pytest.fixture
 def gemm_definition():
     """The small float32 GEMM as a USER-origin Definition."""
-    from ikdata.definitions import USER, Definition
+    from ikdata.core.definitions import USER, Definition
 
     return Definition.from_dict(gemm_definition_record(), origin=USER, source="test")
 
@@ -40,8 +40,8 @@ def make_ikdata_dataset(tmp_path: Path) -> Callable[..., Path]:
     counter = [0]
 
     def make(rows: int = 3, *, name: str | None = None, commit: bool = True, seed: int = 0) -> Path:
-        from ikdata.definitions import USER, Definition
-        from ikdata.writer import DatasetWriter
+        from ikdata.core.definitions import USER, Definition
+        from ikdata.core.writer import DatasetWriter
 
         counter[0] += 1
         root = tmp_path / (name or f"ikdata-ds{counter[0]}")

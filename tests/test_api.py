@@ -30,7 +30,7 @@ def test_all_lists_every_public_name_and_only_existing_ones():
 
 
 def test_every_error_class_is_exported():
-    from ikdata import errors
+    from ikdata.core import errors
 
     classes = {name for name, value in vars(errors).items()
                if inspect.isclass(value) and issubclass(value, errors.IkdataError)}

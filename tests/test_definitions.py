@@ -8,9 +8,9 @@ import json
 import pytest
 
 from foundation_helpers import GEMM_NAME, gemm_definition_record, write_definition
-from ikdata.definitions import (DATASET, SHIPPED, USER, Definition, definition_relpath, load_reference,
+from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, definition_relpath, load_reference,
                                 parse_definition, read_folder, require_record, shipped_folder, workloads_relpath)
-from ikdata.errors import DefinitionError, RecordError, UntrustedReference
+from ikdata.core.errors import DefinitionError, RecordError, UntrustedReference
 
 
 def _definition(origin=USER, **changes) -> Definition:

@@ -35,8 +35,8 @@ def test_ikdata_dataset_loads_in_traceset(ikdata_dataset):
 
 
 def test_ikdata_only_fields_are_ignored_by_flashinfer(tmp_path):
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     record = gemm_definition_record(dtype="bfloat16")
     record["tolerance"] = {"bfloat16": {"rtol": 0.02, "atol": 0.02}, "matched_ratio": 0.999}

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ikdata import jsonl
+from ikdata.core import jsonl
 
 
 def test_append_and_read_round_trip(tmp_path):

@@ -174,7 +174,7 @@ def test_flashinfer_layout_is_read(flashinfer_dataset):
     assert [r.axes["M"] for r in rows] == [2, 5, 16]
     inputs = ds.load_inputs(rows[1])
     assert inputs["A"].shape == (5, 8) and inputs["W"].shape == (4, 8) and inputs["alpha"] == 0.5
-    from ikdata.errors import RecordError
+    from ikdata.core.errors import RecordError
 
     with pytest.raises(RecordError, match="a 'random' input has no data"):
         ds.load_inputs(rows[2])

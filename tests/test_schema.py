@@ -13,7 +13,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from foundation_helpers import gemm_definition_record
-from ikdata import schema
+from ikdata.core import schema
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ikdata.digest import canonical_json, tensor_digest
-from ikdata.errors import BlobCorrupted, BlobNotFound, StoreError
-from ikdata.records import TensorRef
-from ikdata.store import (BlobStore, RawTensor, blob_path, digest_from_path, raw_tensor, read_entries,
+from ikdata.core.digest import canonical_json, tensor_digest
+from ikdata.core.errors import BlobCorrupted, BlobNotFound, StoreError
+from ikdata.core.records import TensorRef
+from ikdata.core.store import (BlobStore, RawTensor, blob_path, digest_from_path, raw_tensor, read_entries,
                           rehash_file, rehash_files, write_atomic)
 
 GOLDEN_DIGEST = "f6e11624072a69183fb170a97573b9e225b7b7bf2a8469c60f864d97a5a6f579"
@@ -56,7 +56,7 @@ def test_golden_blob_loads_in_safetensors(tmp_path):
 
 
 def test_golden_workload_uuid():
-    from ikdata.writer import workload_uuid
+    from ikdata.core.writer import workload_uuid
 
     inputs = {"A": TensorRef(f"blob/sha256/f6/{GOLDEN_DIGEST}.safetensors")}
     provenance = {"request_id": "r1", "step": 0, "host": "ignored-host", "process_id": 99}
@@ -286,7 +286,7 @@ def test_raw_tensor_input_is_stored_as_given(tmp_path):
 def test_link_or_copy_links_on_one_filesystem_and_copies_when_links_fail(tmp_path, monkeypatch):
     import errno
 
-    from ikdata.store import link_or_copy
+    from ikdata.core.store import link_or_copy
 
     source = tmp_path / "a" / "blob.safetensors"
     source.parent.mkdir()

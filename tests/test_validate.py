@@ -40,8 +40,8 @@ def _blob_of(root: Path, line: int = 1, name: str = "A") -> str:
 
 def _replace_blob(root: Path, rel: str, value: np.ndarray) -> None:
     """Overwrite a blob file with a different (valid) one-tensor safetensors file."""
-    from ikdata.store import raw_tensor
-    from ikdata.safetensors_format import encode_header
+    from ikdata.core.store import raw_tensor
+    from ikdata.core.safetensors_format import encode_header
 
     raw = raw_tensor(value)
     path = root / rel
@@ -174,7 +174,7 @@ def receipt_unknown_blob(root):
 
 
 def manifest_disagrees(root):
-    from ikdata.store import BlobStore
+    from ikdata.core.store import BlobStore
 
     BlobStore(root).put(np.arange(5, dtype=np.int64))  # a blob the manifest does not know
     return ["ikdata.json: /blobs", "blob set is", "manifest says"]
@@ -212,7 +212,7 @@ def test_json_output_holds_the_same_findings(ikdata_dataset, case):
     document = json.loads(result.stdout)
     assert document["ok"] is False
     assert document["deep"] is False
-    from ikdata.problems import Problem
+    from ikdata.core.problems import Problem
 
     problems = [Problem(**p) for p in document["problems"]]
     assert problems and all(p.path for p in problems)
@@ -252,7 +252,7 @@ def test_every_problem_is_reported_not_just_the_first(ikdata_dataset):
 
 
 def _problems(stdout: str):
-    from ikdata.problems import Problem
+    from ikdata.core.problems import Problem
 
     return [Problem(**p) for p in json.loads(stdout)["problems"]]
 
@@ -354,7 +354,7 @@ def test_a_blob_folder_that_is_a_link_out_of_the_dataset_is_refused(ikdata_datas
 
 def test_resolve_all_agrees_with_resolve(ikdata_dataset, tmp_path):
     import ikdata
-    from ikdata.errors import RecordError
+    from ikdata.core.errors import RecordError
 
     root = ikdata_dataset
     rel = _blob_of(root)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ikdata.capture.boot import current, flush, install, uninstall
 from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
 from ikdata.capture.context import request, step, write_request_file
-from ikdata.capture.templates import instantiate, load_templates, trusted_instances
+from ikdata.core.templates import instantiate, load_templates, trusted_instances
 
 __all__ = ["CaptureConfig", "current", "flush", "install", "instantiate", "load_templates", "parse_size",
            "parse_steps", "request", "step", "trusted_instances", "uninstall", "write_request_file"]

@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ikdata.errors import UsageError
+from ikdata.core.errors import UsageError
 
 ENV = "IKDATA_CAPTURE"
 STRICT_ENV = "IKDATA_CAPTURE_STRICT"

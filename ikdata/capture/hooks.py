@@ -24,14 +24,14 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ikdata import jsonl
+from ikdata.core import jsonl
 from ikdata.capture import selection
 from ikdata.capture.config import CaptureConfig
 from ikdata.capture.context import StepTracker
-from ikdata.capture.templates import instantiate, load_templates
+from ikdata.core.templates import instantiate, load_templates
 from ikdata.capture.writer import BlobHandle, CaptureWriter, Job, WeightCache
-from ikdata.definitions import USER, Definition, read_folder
-from ikdata.errors import DefinitionError, UsageError
+from ikdata.core.definitions import USER, Definition, read_folder
+from ikdata.core.errors import DefinitionError, UsageError
 
 Handler = Callable[..., None]
 _MISSING = object()
@@ -48,7 +48,7 @@ def check_only(config: CaptureConfig, user: Mapping[str, Definition]) -> None:
     Raises:
         UsageError: naming the unknown names and what is known.
     """
-    from ikdata.capture.templates import match_instance
+    from ikdata.core.templates import match_instance
 
     templates = load_templates()
     known = set(templates) | set(user) | {t.definition.op_type for t in templates.values()}

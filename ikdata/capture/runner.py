@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import orjson
 
 from ikdata.capture.config import ENV, CaptureConfig
-from ikdata.errors import UsageError
+from ikdata.core.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ def prepare(config: CaptureConfig) -> CaptureConfig:
             is not positive.
     """
     from ikdata.capture.hooks import check_only
-    from ikdata.dataset import IKDATA, detect_layout
-    from ikdata.definitions import USER, read_folder
+    from ikdata.core.dataset import IKDATA, detect_layout
+    from ikdata.core.definitions import USER, read_folder
 
     root = Path(config.into)
     if root.exists() and not root.is_dir():
@@ -183,7 +183,7 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
 
 
 def _commit(root: Path) -> str | None:
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     if not any((root / sub).exists() for sub in ("workloads", "definitions", "ikdata.json")):
         return None

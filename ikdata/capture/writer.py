@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ikdata import jsonl
-from ikdata.dataset import RECEIPTS
-from ikdata.definitions import Definition, workloads_relpath
-from ikdata.locking import dataset_lock
-from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.writer import DatasetWriter, default_provenance, workload_uuid
+from ikdata.core import jsonl
+from ikdata.core.dataset import RECEIPTS
+from ikdata.core.definitions import Definition, workloads_relpath
+from ikdata.core.locking import dataset_lock
+from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core.writer import DatasetWriter, default_provenance, workload_uuid
 
 
 BATCH_JOBS = 64  # jobs the writer takes at once: one append per file for all of them

@@ -13,7 +13,7 @@ import os
 import typer
 from typer.core import TyperGroup
 
-from ikdata.errors import IkdataError
+from ikdata.core.errors import IkdataError
 
 
 class _Group(TyperGroup):

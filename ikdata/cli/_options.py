@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ikdata.dataset import Dataset
+from ikdata.core.dataset import Dataset
 
 DatasetArg = Annotated[Path, typer.Argument(help="Dataset folder.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]

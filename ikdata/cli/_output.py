@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from ikdata.problems import Problem
+from ikdata.core.problems import Problem
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

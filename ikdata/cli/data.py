@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from ikdata import manifest as manifest_mod
+from ikdata.core import manifest as manifest_mod
 from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, open_dataset
-from ikdata.errors import UsageError
+from ikdata.core.errors import UsageError
 
 VALIDATE_EXAMPLES = """
 Examples:
@@ -24,7 +24,7 @@ Examples:
 def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dataset name.")] = None,
          description: Annotated[Optional[str], typer.Option(help="One-line description.")] = None) -> None:
     """Create an empty ikdata dataset with its manifest."""
-    from ikdata.layout import init_dataset
+    from ikdata.core.layout import init_dataset
 
     dataset_id = init_dataset(path, name=name, description=description)
     out.info(f"initialised {path} (id {dataset_id[:12]})")
@@ -36,7 +36,7 @@ def validate(ctx: typer.Context, path: DatasetOrUrlArg,
              definitions: DefinitionsOpt = None, json_: JsonOpt = False,
              jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None) -> None:
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
-    from ikdata.validate import validate as run_validate
+    from ikdata.ops.validate import validate as run_validate
 
     report = run_validate(open_dataset(path, definitions, ctx=ctx, blobs="full" if deep else "headers"), deep=deep, jobs=jobs)
     if json_:
@@ -71,7 +71,7 @@ def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annota
 def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uuid (a unique prefix is enough).")],
          definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
     """Show one workload: its row, its receipt and its blobs."""
-    from ikdata.inspect import describe_workload
+    from ikdata.ops.inspect import describe_workload
 
     document = describe_workload(open_dataset(path, definitions), uuid)
     if json_:
@@ -90,7 +90,7 @@ def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uu
 def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None,
           json_: JsonOpt = False) -> None:
     """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio."""
-    from ikdata.stats import compute
+    from ikdata.ops.stats import compute
 
     ds = open_dataset(path, definitions, ctx=ctx, blobs="sizes")
     result = compute(ds)
@@ -109,7 +109,7 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
 @app.command()
 def repair(path: DatasetArg) -> None:
     """Finish a killed import and set aside torn or malformed JSONL lines (into FILE.rejected)."""
-    from ikdata.layout import repair_dataset
+    from ikdata.core.layout import repair_dataset
 
     report = repair_dataset(path)
     if not report.changed:
@@ -127,7 +127,7 @@ def manifest_cmd(path: DatasetArg, json_: JsonOpt = False) -> None:
     """Rebuild the manifest from the files (after editing by hand) and print the dataset id."""
     if not Path(path).is_dir():
         raise UsageError(f"{path}: no such dataset folder")
-    from ikdata.locking import dataset_lock
+    from ikdata.core.locking import dataset_lock
 
     with dataset_lock(path, exclusive=True):
         dataset_id = manifest_mod.write(path)

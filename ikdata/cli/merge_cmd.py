@@ -30,7 +30,7 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
                                                       "inputs (no expected output).")] = False,
             definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
     """Merge a fully validated dataset into DST: all or nothing, each tensor stored once."""
-    from ikdata.merge import import_dataset
+    from ikdata.importing.apply import import_dataset
 
     result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
                             keep_random=keep_random)
@@ -70,7 +70,7 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             dot: Annotated[bool, typer.Option("--dot", help="Print the parent graph for Graphviz.")] = False,
             json_: JsonOpt = False) -> None:
     """Trace a workload to its capture, imports and validations; or show the parent graph."""
-    from ikdata.lineage import graph, trace
+    from ikdata.ops.lineage import graph, trace
 
     path = open_dataset(path, None, ctx=ctx).root  # a remote is read through a temporary verified copy
     if key is None or dot:
@@ -131,7 +131,7 @@ def _when(at: object) -> str:
 def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
           b: Annotated[Path, typer.Argument(help="Dataset B (after).")], json_: JsonOpt = False) -> None:
     """Show workloads added, removed and changed per definition, and definitions changed."""
-    from ikdata.diff import diff
+    from ikdata.ops.diff import diff
 
     changes = diff(a, b)
     if json_:
@@ -154,7 +154,7 @@ def gc(path: DatasetArg,
        grace: Annotated[float, typer.Option("--grace", help="Spare blobs younger than this many minutes.")] = 10.0,
        json_: JsonOpt = False) -> None:
     """Delete blobs that no workload or receipt references (holds the dataset lock)."""
-    from ikdata.gc import collect_garbage
+    from ikdata.ops.gc import collect_garbage
 
     result = collect_garbage(path, dry_run=dry_run, grace_minutes=grace)
     if json_:

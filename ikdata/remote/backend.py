@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ikdata.errors import RemoteError
+import orjson
+
+from ikdata.core import schema
+from ikdata.core.errors import RemoteError
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload, run_parallel
-from ikdata.remote.url import RemoteOptions, RemoteURL, parse_url, resolve_options
+from ikdata.remote.url import RemoteURL
 
 MANIFEST = "ikdata.json"
 BLOB_PREFIX = "blob/"
@@ -173,7 +176,7 @@ class FsspecBackend(Backend):
         if self.remote.protocol == "file":
             # A local remote gets the same temp-file-and-rename as a dataset, so a killed push
             # never leaves a half-written object under its final name.
-            from ikdata.store import write_atomic
+            from ikdata.core.store import write_atomic
 
             if isinstance(item.source, bytes):
                 write_atomic(Path(target), [item.source])
@@ -200,7 +203,7 @@ class FsspecBackend(Backend):
             if current.token != base.token:
                 raise PublishConflict("the remote manifest changed while pushing", url=self.url)
             if self.remote.protocol == "file":
-                from ikdata.store import write_atomic
+                from ikdata.core.store import write_atomic
 
                 write_atomic(Path(self._path(MANIFEST)), [data])
             else:
@@ -224,38 +227,21 @@ class FsspecBackend(Backend):
             yield
 
 
-def open_backend(url: str | os.PathLike, options: RemoteOptions | None = None) -> Backend:
-    """The backend for a URL, configured from ``options`` and the environment.
+def parse_remote_manifest(backend: Backend, data: bytes) -> dict[str, Any]:
+    """The remote manifest, checked against its schema.
 
     Raises:
-        RemoteError: the filesystem's package is missing or the remote cannot be configured.
-        UsageError: a malformed URL.
-
-    Example:
-        >>> with open_backend("memory://share/gemm") as backend:
-        ...     backend.read_manifest().data is None
-        True
+        RemoteError: it is not JSON or breaks the manifest schema.
     """
-    remote = parse_url(url)
-    options = resolve_options(options, remote)
-    if remote.protocol == "hf":
-        from ikdata.remote.hub import HubBackend
-
-        return HubBackend(remote, options)
-    if remote.protocol == "s3":
-        from ikdata.remote.s3 import S3Backend
-
-        return S3Backend(remote, options)
-    import fsspec
-
     try:
-        fs = fsspec.filesystem(remote.protocol, skip_instance_cache=True) if remote.protocol != "file" \
-            else fsspec.filesystem("file")
-    except (ImportError, ValueError) as exc:
-        raise RemoteError(f"no filesystem for {remote.protocol}:// ({exc}); install the fsspec package that "
-                          "provides it", url=remote.url) from exc
-    return FsspecBackend(remote, fs, remote.path)
+        manifest = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise backend.fail(f"{MANIFEST} is not valid JSON ({exc}); the remote is damaged") from exc
+    problems = schema.check("manifest", manifest, path=MANIFEST)
+    if problems:
+        raise backend.fail(f"{MANIFEST} breaks manifest.schema.json: {problems[0]}")
+    return manifest
 
 
-__all__ = ["Backend", "FsspecBackend", "ManifestState", "PublishConflict", "open_backend", "file_object",
-           "MANIFEST", "BLOB_PREFIX", "FILES_PREFIX"]
+__all__ = ["Backend", "FsspecBackend", "ManifestState", "PublishConflict", "file_object",
+           "MANIFEST", "parse_remote_manifest", "BLOB_PREFIX", "FILES_PREFIX"]

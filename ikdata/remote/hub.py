@@ -12,7 +12,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ikdata.errors import RemoteError
+from ikdata.core.errors import RemoteError
 from ikdata.remote.backend import MANIFEST, Backend, ManifestState, PublishConflict
 from ikdata.remote.transfer import DEFAULT_JOBS, Progress, ProgressCallback, Upload, chunked
 from ikdata.remote.url import RemoteOptions, RemoteURL

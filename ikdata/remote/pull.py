@@ -5,7 +5,7 @@ A remote snapshot is assembled in a staging folder beside the target
 manifest gives it, every blob is downloaded to a temp file, rehashed and renamed
 only if its tensor digest matches its name. A clone then renames the staging
 folder into place; a pull into a dataset with data merges it with
-:func:`ikdata.merge.import_dataset` (validated, deduped, conflicts refused). The
+:func:`ikdata.importing.apply.import_dataset` (validated, deduped, conflicts refused). The
 staging folder survives an interruption, so a rerun fetches only what is left.
 """
 
@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from ikdata import jsonl
-from ikdata import manifest as manifest_mod
-from ikdata.dataset import check_relative
-from ikdata.errors import RemoteError, UsageError
-from ikdata.manifest import dataset_id
-from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object, open_backend
-from ikdata.remote.push import parse_remote_manifest
+from ikdata.core import jsonl
+from ikdata.core import manifest as manifest_mod
+from ikdata.core.dataset import check_relative
+from ikdata.core.errors import RemoteError, UsageError
+from ikdata.core.manifest import dataset_id
+from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object
+from ikdata.remote.connect import open_backend
+from ikdata.remote.backend import parse_remote_manifest
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, run_parallel
 from ikdata.remote.url import RemoteOptions
-from ikdata.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, rehash_file
+from ikdata.core.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, rehash_file
 
 _SHOWN = 10
 
@@ -117,7 +118,7 @@ def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, job
         data = backend.read(file_object(digest))
         if hashlib.sha256(data).hexdigest() != digest:
             return path
-        from ikdata.store import write_atomic
+        from ikdata.core.store import write_atomic
 
         write_atomic(target / path, [data])
         return None
@@ -225,7 +226,7 @@ def fetch_snapshot(backend: Backend, target: Path, *, have: Path | None = None, 
     files = fetch_files(backend, manifest, target, jobs=jobs)
     wanted = referenced_blobs(target)
     fetched, nbytes, present = fetch_blobs(backend, wanted, target, have=have, jobs=jobs, progress=progress)
-    from ikdata.store import write_atomic
+    from ikdata.core.store import write_atomic
 
     write_atomic(target / manifest_mod.MANIFEST, [data])
     actual = manifest_mod.blob_set(target)
@@ -287,7 +288,7 @@ def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = N
         return clone(url, dest, options=options, jobs=jobs, progress=progress)
     if not (dest / manifest_mod.MANIFEST).is_file():
         raise UsageError(f"{dest}: not an ikdata dataset (no {manifest_mod.MANIFEST}); pull into a new folder")
-    from ikdata.merge import import_dataset
+    from ikdata.importing.apply import import_dataset
 
     with open_backend(url, options) as backend:
         _, _, remote_id = read_remote(backend)

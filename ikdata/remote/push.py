@@ -14,24 +14,20 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import orjson
 
-from ikdata import manifest as manifest_mod
-from ikdata import schema
-from ikdata.errors import BlobCorrupted, IkdataError, RemoteError, UsageError
-from ikdata.manifest import dataset_id
-from ikdata.remote.backend import BLOB_PREFIX, FILES_PREFIX, Backend, PublishConflict, file_object, open_backend
+from ikdata.core import manifest as manifest_mod
+from ikdata.core.errors import BlobCorrupted, IkdataError, RemoteError, UsageError
+from ikdata.core.manifest import dataset_id
+from ikdata.remote.backend import BLOB_PREFIX, FILES_PREFIX, Backend, PublishConflict, file_object, parse_remote_manifest
+from ikdata.remote.connect import open_backend
+from ikdata.core.faults import checkpoint
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload
 from ikdata.remote.url import RemoteOptions
-from ikdata.store import BlobStore, digest_from_path, rehash_file
+from ikdata.core.store import BlobStore, digest_from_path, rehash_file
 
 MAX_ATTEMPTS = 5
-
-# Test hook: a callable run at named points of a push ("blobs-sent", "files-sent", "before-manifest").
-# It lets fault tests stop a real push at a known moment; it is None in normal use.
-_checkpoint: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,22 +97,6 @@ def local_snapshot(root: str | os.PathLike) -> LocalSnapshot:
     return LocalSnapshot(root, manifest, data, dataset_id(manifest), blobs)
 
 
-def parse_remote_manifest(backend: Backend, data: bytes) -> dict[str, Any]:
-    """The remote manifest, checked against its schema.
-
-    Raises:
-        RemoteError: it is not JSON or breaks the manifest schema.
-    """
-    try:
-        manifest = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise backend.fail(f"{manifest_mod.MANIFEST} is not valid JSON ({exc}); the remote is damaged") from exc
-    problems = schema.check("manifest", manifest, path=manifest_mod.MANIFEST)
-    if problems:
-        raise backend.fail(f"{manifest_mod.MANIFEST} breaks manifest.schema.json: {problems[0]}")
-    return manifest
-
-
 def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
          progress: ProgressCallback | None = None, rebase: bool = True) -> PushResult:
     """Publish a dataset: missing blobs, then missing small files, then the manifest (conditionally).
@@ -164,8 +144,7 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
             if remote_id == local.dataset_id:
                 return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, present, attempt,
                                   tuple(merged))
-            if _checkpoint:
-                _checkpoint("before-manifest")
+            checkpoint("before-manifest")
             try:
                 backend.publish_manifest(local.data, base)
             except PublishConflict:
@@ -190,8 +169,7 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int,
                                 path=rel)
     uploads = [Upload(rel, local.root / rel, size) for rel, size in missing]
     backend.upload(uploads, jobs=jobs, progress=progress)
-    if _checkpoint:
-        _checkpoint("blobs-sent")
+    checkpoint("blobs-sent")
     return len(uploads), sum(u.size for u in uploads), len(local.blobs) - len(uploads)
 
 
@@ -208,8 +186,7 @@ def _send_files(backend: Backend, local: LocalSnapshot, jobs: int) -> int:
                              "and push again")
         uploads.append(Upload(rel, data, len(data)))
     backend.upload(uploads, jobs=jobs)
-    if _checkpoint:
-        _checkpoint("files-sent")
+    checkpoint("files-sent")
     return len(uploads)
 
 

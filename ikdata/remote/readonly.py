@@ -23,12 +23,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ikdata.dataset import Dataset
-from ikdata.remote.backend import BLOB_PREFIX, Backend, open_backend
+from ikdata.core.dataset import Dataset
+from ikdata.remote.backend import BLOB_PREFIX, Backend
+from ikdata.remote.connect import open_backend
 from ikdata.remote.pull import fetch_files, read_remote, referenced_blobs
 from ikdata.remote.transfer import DEFAULT_JOBS, run_parallel
 from ikdata.remote.url import RemoteOptions
-from ikdata.store import write_atomic
+from ikdata.core.store import write_atomic
 
 BLOB_MODES = ("none", "sizes", "headers", "full")
 _HEADER_READ = 4096

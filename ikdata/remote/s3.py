@@ -13,7 +13,7 @@ from typing import Any
 
 from fsspec.asyn import sync
 
-from ikdata.errors import RemoteError
+from ikdata.core.errors import RemoteError
 from ikdata.remote.backend import MANIFEST, FsspecBackend, ManifestState, PublishConflict
 from ikdata.remote.url import RemoteOptions, RemoteURL
 

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ikdata.errors import UsageError
+from ikdata.core.errors import UsageError
 
 _SCHEME_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
 _HF_RE = re.compile(r"^(datasets|models)/([^/@]+/[^/@]+)(?:@([^/]+))?(?:/(.*))?$")

@@ -4,7 +4,7 @@ Only the torch-free parts are imported here (:func:`recheck`, the tolerance
 table); the runner and the judges import torch and live in their own modules.
 """
 
-from ikdata.replay.tolerances import DEFAULT_TOLERANCES, table
-from ikdata.replay.verify import recheck
+from ikdata.core.tolerances import DEFAULT_TOLERANCES, table
+from ikdata.core.verdicts import recheck
 
 __all__ = ["DEFAULT_TOLERANCES", "recheck", "table"]

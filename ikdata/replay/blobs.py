@@ -2,7 +2,7 @@
 
 A blob up to 1 MiB is read once into memory, its header parsed, its tensor hashed and
 wrapped as a torch tensor without a copy. A larger one is hashed through ``mmap``
-(:func:`ikdata.store.rehash_file`) and loaded memory-mapped by safetensors, straight
+(:func:`ikdata.core.store.rehash_file`) and loaded memory-mapped by safetensors, straight
 onto the device. Either way a blob whose content does not match its name is
 refused, so a corrupt file gives an error, never a false verdict.
 """
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from ikdata.digest import tensor_digest
-from ikdata.errors import BlobCorrupted, BlobNotFound
-from ikdata.records import TensorRef
-from ikdata.safetensors_format import FormatError, parse_header
-from ikdata.store import BlobStore, digest_from_path, rehash_file
+from ikdata.core.digest import tensor_digest
+from ikdata.core.errors import BlobCorrupted, BlobNotFound
+from ikdata.core.records import TensorRef
+from ikdata.core.safetensors_format import FormatError, parse_header
+from ikdata.core.store import BlobStore, digest_from_path, rehash_file
 
 READ_WHOLE_UP_TO = 1 << 20  # as the store's rehash: smaller files are read whole, larger ones mapped
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from ikdata.replay.tolerances import DEFAULT_TOLERANCES, JudgeSpec, Tolerance, dtype_name, is_exact
+from ikdata.core.tolerances import DEFAULT_TOLERANCES, JudgeSpec, Tolerance, dtype_name, is_exact
 
 _TINY = 1e-12  # floor of a norm in a relative metric, as the seed's GDN judge used
 

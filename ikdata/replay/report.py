@@ -16,9 +16,9 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from ikdata import jsonl, schema
-from ikdata.errors import RecordError, UsageError
-from ikdata.store import write_atomic
+from ikdata.core import jsonl, schema
+from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.store import write_atomic
 
 FORMAT = "ikdata-replay/1"
 TIMING_FIELDS = ("started_at", "finished_at")  # what differs between two identical runs (with cases' "seconds")

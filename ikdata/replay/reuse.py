@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ikdata import jsonl
-from ikdata.digest import record_digest
+from ikdata.core import jsonl
+from ikdata.core.digest import record_digest
 
 CACHE_FILE = "replay-reuse.jsonl"
 FLUSH_EVERY = 64  # verdicts per cache append; a killed run loses at most these (it is only a cache)

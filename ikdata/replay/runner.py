@@ -23,16 +23,17 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from ikdata.dataset import Dataset, check_relative
-from ikdata.definitions import Definition, load_reference
-from ikdata.errors import DefinitionError, IkdataError, RecordError, UntrustedReference, UsageError
-from ikdata.problems import Problem
-from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.replay import judges, report as report_mod, summary as summary_mod, tolerances
+from ikdata.core.dataset import Dataset, check_relative
+from ikdata.core.definitions import Definition, load_reference
+from ikdata.core.errors import DefinitionError, IkdataError, RecordError, UntrustedReference, UsageError
+from ikdata.core.problems import Problem
+from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core import tolerances
+from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
 from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
-from ikdata.replay.trust import instance_trusted_digests
-from ikdata.store import BlobStore, digest_from_path
+from ikdata.core.trust import instance_trusted_digests
+from ikdata.core.store import BlobStore, digest_from_path
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import ikdata
 import ikdata.capture as capture
-from ikdata.errors import DefinitionError
+from ikdata.core.errors import DefinitionError
 from capture_helpers import gemm_record, read_jsonl, write_definitions
 
 

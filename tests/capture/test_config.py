@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
 from ikdata.cli import app
-from ikdata.errors import UsageError
+from ikdata.core.errors import UsageError
 
 
 @pytest.mark.parametrize("text, expected", [("64MB", 64_000_000), ("1GiB", 1 << 30), ("512KiB", 512 << 10),

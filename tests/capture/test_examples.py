@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from capture_helpers import REPO
 from ikdata.cli import app
-from ikdata.capture.templates import trusted_instances
-from ikdata.definitions import load_reference
+from ikdata.core.templates import trusted_instances
+from ikdata.core.definitions import load_reference
 
 pytest.importorskip("transformers")
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ikdata.capture.templates import TEMPLATE_TAG, instantiate, load_templates, match_instance, trusted_instances
-from ikdata.definitions import DATASET, SHIPPED, Definition, load_reference, read_folder, shipped_folder
-from ikdata.errors import DefinitionError, UntrustedReference
+from ikdata.core.templates import TEMPLATE_TAG, instantiate, load_templates, match_instance, trusted_instances
+from ikdata.core.definitions import DATASET, SHIPPED, Definition, load_reference, read_folder, shipped_folder
+from ikdata.core.errors import DefinitionError, UntrustedReference
 
 
 def test_shipped_folder_parses_cleanly_and_templates_are_marked():

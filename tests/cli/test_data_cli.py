@@ -162,7 +162,7 @@ def test_manifest_command_rebuilds_after_hand_edits(ikdata_dataset):
     result = runner.invoke(app, ["manifest", str(ikdata_dataset), "--json"])
     assert result.exit_code == 0
     dataset_id = json.loads(result.stdout)["id"]
-    from ikdata import manifest
+    from ikdata.core import manifest
 
     assert manifest.current_id(ikdata_dataset) == dataset_id
     assert runner.invoke(app, ["validate", str(ikdata_dataset)]).exit_code == 0

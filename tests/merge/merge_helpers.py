@@ -45,7 +45,7 @@ REPORT = "reports/replay.json"
 
 def passing_case(receipt: dict, row: dict) -> dict:
     """A report case that passes and names exactly the row's and receipt's tensors."""
-    from ikdata.store import digest_from_path
+    from ikdata.core.store import digest_from_path
 
     return {
         "definition": receipt["definition"], "uuid": receipt["uuid"], "axes": row["workload"]["axes"],
@@ -101,8 +101,8 @@ def replay_by_hand(root: Path, *, fail: set[str] = frozenset(), skip: set[str] =
 def capture(root: Path, *, rows: int = 3, seed: int = 0, host: str = "host-a", w_seed: int = 99,
             definition_record: dict | None = None, commit: bool = True, start: int = 0) -> Path:
     """A dataset written by DatasetWriter: ``rows`` GEMM workloads sharing one weight ``W``."""
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     definition = Definition.from_dict(definition_record or gemm_definition_record(), origin=USER, source="test")
     writer = DatasetWriter(root)
@@ -132,7 +132,7 @@ def validated(tmp_path: Path) -> Callable[..., Path]:
     def make(name: str = "src", **kwargs) -> Path:
         root = capture(tmp_path / name, **kwargs)
         replay_by_hand(root)
-        from ikdata.writer import DatasetWriter
+        from ikdata.core.writer import DatasetWriter
 
         DatasetWriter(root).commit()
         return root

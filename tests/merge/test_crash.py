@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ikdata.merge import CRASH_ENV, STAGING, import_dataset
+from ikdata.core.faults import CRASH_ENV
+from ikdata.core.journal import STAGING
+from ikdata.importing.apply import import_dataset
 from merge_helpers import capture, read_jsonl, rows_by_uuid, tree_digest, validated  # noqa: F401
 
 BEFORE_COMMIT = ["blobs-staged", "files-staged"]
@@ -23,7 +25,7 @@ def run_import(src: Path, dst: Path, crash_at: str | None = None) -> subprocess.
     env.pop(CRASH_ENV, None)
     if crash_at:
         env[CRASH_ENV] = crash_at
-    code = "import sys; from ikdata.merge import import_dataset; import_dataset(sys.argv[1], sys.argv[2])"
+    code = "import sys; from ikdata.importing.apply import import_dataset; import_dataset(sys.argv[1], sys.argv[2])"
     return subprocess.run([sys.executable, "-c", code, str(src), str(dst)], env=env, capture_output=True, text=True,
                           timeout=120)
 
@@ -33,7 +35,8 @@ def tracked(root: Path) -> dict[str, str]:
 
 
 def validate_deep(root: Path) -> list[str]:
-    from ikdata import open as open_ds, validate
+    from ikdata import open as open_ds
+    from ikdata import validate
 
     return [str(p) for p in validate(open_ds(root), deep=True).problems]
 
@@ -68,7 +71,7 @@ def test_sigkill_then_rerun_completes(pair, point):
     assert rows_by_uuid(dst) == expected_rows
     receipts = read_jsonl(dst / "receipts.jsonl")
     assert len(receipts) == len({r["uuid"] for r in receipts}) == 5
-    from ikdata.manifest import current_id, read
+    from ikdata.core.manifest import current_id, read
 
     parents = [p["id"] for p in read(dst)["parents"]]
     assert parents.count(current_id(src)) == 1
@@ -80,7 +83,7 @@ def test_roll_forward_keeps_lines_a_capture_appended_after_the_kill(pair, tmp_pa
     capture(dst, rows=1, seed=50, host="late", commit=False)  # a capture writes before anyone recovers
     late = set(rows_by_uuid(dst)) - set(expected_rows)
     assert len(late) == 1
-    from ikdata.merge import recover
+    from ikdata.importing.apply import recover
 
     assert recover(dst) == "rolled-forward"
     assert set(rows_by_uuid(dst)) == set(expected_rows) | late
@@ -90,7 +93,7 @@ def test_roll_forward_keeps_lines_a_capture_appended_after_the_kill(pair, tmp_pa
 def test_uncommitted_staging_is_discarded(pair):
     src, dst, before, _ = pair
     run_import(src, dst, "files-staged")
-    from ikdata.merge import recover
+    from ikdata.importing.apply import recover
 
     assert recover(dst) == "discarded"
     assert tracked(dst) == before and not (dst / STAGING).exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ikdata.merge import import_dataset
+from ikdata.importing.apply import import_dataset
 from merge_helpers import capture, definitions_dir, read_jsonl, rows_by_uuid  # noqa: F401
 
 torch = pytest.importorskip("torch")
@@ -22,8 +22,8 @@ def replay(root, definitions, cache):
 
 def test_two_hosts_captured_replayed_merged_and_traced(tmp_path, definitions_dir):
     import ikdata
-    from ikdata.lineage import trace
-    from ikdata.store import digest_from_path
+    from ikdata.ops.lineage import trace
+    from ikdata.core.store import digest_from_path
 
     a = capture(tmp_path / "run-a", rows=3, seed=1, host="gpu-node-1")
     b = capture(tmp_path / "run-b", rows=3, seed=2, host="gpu-node-2")

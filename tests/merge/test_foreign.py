@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ikdata.cli import app
-from ikdata.errors import ProblemsFound
-from ikdata.merge import import_dataset
+from ikdata.core.errors import ProblemsFound
+from ikdata.importing.apply import import_dataset
 from merge_helpers import GEMM_NAME, gemm_definition_record, read_jsonl, rows_by_uuid, tree_digest, write_definition
 
 runner = CliRunner()
@@ -37,7 +37,8 @@ def seed_report(root: Path, *, fail: int | None = None, tolerances: dict | None 
 
 
 def deep_problems(root: Path) -> list[str]:
-    from ikdata import open as open_ds, validate
+    from ikdata import open as open_ds
+    from ikdata import validate
 
     return [str(p) for p in validate(open_ds(root), deep=True).problems]
 
@@ -118,7 +119,7 @@ def flashinfer_dataset(root: Path) -> dict[str, dict[str, np.ndarray]]:
 
 class TestFlashInfer:
     def test_multi_tensor_files_split_into_blobs_and_random_rows_left_out(self, tmp_path):
-        from ikdata.digest import tensor_digest
+        from ikdata.core.digest import tensor_digest
 
         src = tmp_path / "fi"
         tensors = flashinfer_dataset(src)

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ikdata.cli import app
-from ikdata.errors import MergeConflict, ProblemsFound
-from ikdata.merge import import_dataset
+from ikdata.core.errors import MergeConflict, ProblemsFound
+from ikdata.importing.apply import import_dataset
 from merge_helpers import (GEMM_NAME, capture, definitions_dir, gemm_definition_record, read_jsonl,  # noqa: F401
                            replay_by_hand, rows_by_uuid, tree_digest, validated, write_report)
 
@@ -20,7 +20,8 @@ ROWS = f"workloads/gemm/{GEMM_NAME}.jsonl"
 
 
 def deep_ok(root: Path) -> None:
-    from ikdata import open as open_ds, validate
+    from ikdata import open as open_ds
+    from ikdata import validate
 
     report = validate(open_ds(root), deep=True)
     assert report.ok, [str(p) for p in report.problems]
@@ -38,7 +39,7 @@ def test_two_captures_merge_into_one_dataset_storing_each_tensor_once(validated,
     blobs = list((dst / "blob/sha256").rglob("*.safetensors"))
     assert len(blobs) == 1 + 7 * 2  # one W, and an A and a C per workload
     deep_ok(dst)
-    from ikdata.manifest import current_id, read
+    from ikdata.core.manifest import current_id, read
 
     parents = read(dst)["parents"]
     assert [p["id"] for p in parents] == [first.parent_id, second.parent_id]
@@ -73,7 +74,7 @@ def test_blob_dst_already_holds_is_neither_copied_nor_rehashed(validated, tmp_pa
     import_dataset(src, dst)
     more = validated("more", rows=3, seed=5)  # same W as src
     hashed = []
-    import ikdata.merge_plan as plan_mod
+    import ikdata.importing.plan as plan_mod
 
     real = plan_mod.rehash_files
     monkeypatch.setattr(plan_mod, "rehash_files", lambda paths, **kw: real(hashed.extend(paths) or paths, **kw))
@@ -165,7 +166,7 @@ def test_uuid_conflict_refuses_whole_import_naming_uuid_and_paths(validated, tmp
             r["uuid"] = victim
     (src / "receipts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in receipts))
     replay_by_hand(src)
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     DatasetWriter(src).commit()
     before = tree_digest(dst)
@@ -223,7 +224,7 @@ def test_dry_run_says_what_would_happen_and_writes_nothing(validated, tmp_path):
     rows = rows_by_uuid(src)
     bad = sorted(rows)[0]
     replay_by_hand(src, fail={bad})
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     DatasetWriter(src).commit()
     before, src_before = tree_digest(dst), tree_digest(src)
@@ -262,7 +263,7 @@ def test_import_chain_keeps_every_hop_and_revalidates_from_receipts(validated, t
     lines = read_jsonl(tampered / "receipts.jsonl")
     lines[0]["validation"]["metrics"]["C"]["mismatched_fraction"] = 0.5
     (tampered / "receipts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     DatasetWriter(tampered).commit()
     with pytest.raises(ProblemsFound, match="mismatched_fraction 0.5 exceeds"):
@@ -288,7 +289,7 @@ def test_same_row_with_different_expected_output_is_a_conflict(validated, tmp_pa
     receipts = read_jsonl(src / "receipts.jsonl")
     receipts[0]["expected_output"]["C"] = receipts[1]["expected_output"]["C"]
     (src / "receipts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in receipts))
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     DatasetWriter(src).commit()
     before = tree_digest(dst)
@@ -306,7 +307,7 @@ def test_changed_definition_conflicts_even_when_every_row_is_already_there(valid
     record = json.loads(path.read_text())
     record["description"] = "edited after the first import"
     path.write_text(json.dumps(record))
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     DatasetWriter(src).commit()
     with pytest.raises(MergeConflict, match=f"definition {GEMM_NAME!r}: SRC definitions/gemm/{GEMM_NAME}.json "
@@ -322,7 +323,7 @@ def test_dst_that_is_another_layout_is_a_usage_error(validated, seed_dataset):
 
 
 def test_src_without_manifest_gets_an_id_computed_without_writing_into_it(tmp_path):
-    from ikdata.manifest import build, dataset_id, read
+    from ikdata.core.manifest import build, dataset_id, read
 
     src = capture(tmp_path / "src", rows=2, commit=False)
     replay_by_hand(src)

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ikdata.cli import app
-from ikdata.errors import ProblemsFound
-from ikdata.gc import collect_garbage
-from ikdata.lineage import graph, trace
-from ikdata.merge import import_dataset
+from ikdata.core.errors import ProblemsFound
+from ikdata.ops.gc import collect_garbage
+from ikdata.ops.lineage import graph, trace
+from ikdata.importing.apply import import_dataset
 from merge_helpers import GEMM_NAME, capture, read_jsonl, rows_by_uuid, validated  # noqa: F401
 
 runner = CliRunner()
@@ -96,7 +96,7 @@ def test_diff_shows_added_removed_changed(merged, validated, tmp_path):
     lines = read_jsonl(rows_path)
     lines[0]["workload"]["axes"]["M"] = 99
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    from ikdata.diff import diff
+    from ikdata.ops.diff import diff
 
     result = diff(a, copy)
     assert result.workloads[GEMM_NAME].changed == (lines[0]["workload"]["uuid"],)
@@ -105,7 +105,7 @@ def test_diff_shows_added_removed_changed(merged, validated, tmp_path):
 
 def test_gc_deletes_only_unreferenced_blobs_and_updates_manifest(merged):
     dst = merged[0]
-    from ikdata.store import BlobStore
+    from ikdata.core.store import BlobStore
 
     orphan = BlobStore(dst).put(np.arange(6, dtype=np.float32)).ref.path
     os.utime(dst / orphan, (time.time() - 3600, time.time() - 3600))
@@ -118,7 +118,8 @@ def test_gc_deletes_only_unreferenced_blobs_and_updates_manifest(merged):
     assert document["deleted"] == [orphan] and document["spared_young"] == [young]
     assert document["bytes_freed"] == (dst / young).stat().st_size - 4  # same header, one float fewer
     assert not (dst / orphan).exists()
-    from ikdata import open as open_ds, validate
+    from ikdata import open as open_ds
+    from ikdata import validate
 
     assert validate(open_ds(dst), deep=True).ok
     assert collect_garbage(dst, grace_minutes=0).deleted == (young,)
@@ -134,8 +135,8 @@ def test_gc_refuses_a_dataset_with_unreadable_rows(merged):
 
 WRITER = """
 import sys, numpy as np
-from ikdata.definitions import USER, Definition
-from ikdata.writer import DatasetWriter
+from ikdata.core.definitions import USER, Definition
+from ikdata.core.writer import DatasetWriter
 sys.path.insert(0, sys.argv[2])
 from merge_helpers import gemm_definition_record
 definition = Definition.from_dict(gemm_definition_record(), origin=USER, source="test")
@@ -164,7 +165,8 @@ def test_gc_while_a_capture_writes_never_loses_a_referenced_blob(merged, tmp_pat
     assert writer.returncode == 0 and "done" in out, err
     collect_garbage(dst, grace_minutes=0)
     assert rounds > 1
-    from ikdata import open as open_ds, validate
+    from ikdata import open as open_ds
+    from ikdata import validate
 
     report = validate(open_ds(dst), deep=True)
     assert report.ok, [str(p) for p in report.problems]

@@ -103,8 +103,8 @@ def make_dataset(tmp_path, gemm_record):
     """Factory: a committed ikdata dataset with ``rows`` small GEMM workloads (distinct per ``seed``)."""
 
     def make(name: str, rows: int = 3, *, seed: int = 0, start: int = 0) -> Path:
-        from ikdata.definitions import USER, Definition
-        from ikdata.writer import DatasetWriter
+        from ikdata.core.definitions import USER, Definition
+        from ikdata.core.writer import DatasetWriter
 
         root = tmp_path / name
         definition = Definition.from_dict(gemm_record, origin=USER, source="test")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import uuid
 
-from ikdata.remote.backend import open_backend
+from ikdata.remote.connect import open_backend
 from ikdata.remote.url import parse_url
 
 
@@ -55,7 +55,7 @@ def replay_and_commit(root: Path, tmp_path: Path, definition_record: dict) -> st
 
     import ikdata
     from ikdata.replay.runner import replay
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.writer import DatasetWriter
 
     folder = tmp_path / "trusted-definitions"
     path = folder / definition_record["op_type"] / f"{definition_record['name']}.json"

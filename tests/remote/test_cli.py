@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ikdata import manifest
+from ikdata.core import manifest
 from ikdata.cli import app
 
 

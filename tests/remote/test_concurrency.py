@@ -11,12 +11,14 @@ import orjson
 import pytest
 
 import ikdata
-from ikdata import manifest
-from ikdata.errors import IkdataError
+from ikdata.core import manifest
+from ikdata.core import faults
+from ikdata.core.errors import IkdataError
 from ikdata.remote import push as push_mod
-from ikdata.remote.backend import ManifestState, PublishConflict, open_backend
+from ikdata.remote.backend import ManifestState, PublishConflict
+from ikdata.remote.connect import open_backend
 from ikdata.remote.pull import clone
-from ikdata.validate import validate
+from ikdata.ops.validate import validate
 
 
 def _remote_id(url: str) -> str | None:
@@ -25,19 +27,17 @@ def _remote_id(url: str) -> str | None:
     return manifest.dataset_id(orjson.loads(data)) if data else None
 
 
-def _race(monkeypatch, a, url, b_push):
+def _race(a, url, b_push):
     """Push ``a``, running ``b_push()`` once when A is about to publish its manifest."""
     fired = []
 
-    def checkpoint(name: str) -> None:
+    def on_checkpoint(name: str) -> None:
         if name == "before-manifest" and not fired:
             fired.append(name)
-            monkeypatch.setattr(push_mod, "_checkpoint", None)
             b_push()
-            monkeypatch.setattr(push_mod, "_checkpoint", checkpoint)
 
-    monkeypatch.setattr(push_mod, "_checkpoint", checkpoint)
-    return push_mod.push(a, url)
+    with faults.observe(on_checkpoint):
+        return push_mod.push(a, url)
 
 
 def test_conditional_put_refuses_a_stale_manifest(remote_url):
@@ -72,8 +72,8 @@ def test_moto_enforces_if_none_match_and_if_match(s3_env):
 def test_loser_whose_data_contains_the_winner_retries_and_publishes(remote_url, make_dataset, gemm_record,
                                                                    monkeypatch):
     """B publishes a dataset; A holds B's rows and more: A loses the race, sees B inside, and publishes."""
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     b = make_dataset("b", rows=2)
     b_id = manifest.current_id(b)
@@ -87,7 +87,7 @@ def test_loser_whose_data_contains_the_winner_retries_and_publishes(remote_url, 
                          {"C": a_rows @ w.T}, {"request_id": "only-in-a"})
     a_id = DatasetWriter(a).commit()
 
-    result = _race(monkeypatch, a, remote_url, lambda: push_mod.push(b, remote_url))
+    result = _race(a, remote_url, lambda: push_mod.push(b, remote_url))
     assert _remote_id(remote_url) == a_id != b_id
     assert result.attempts == 2 and result.published
 
@@ -101,7 +101,7 @@ def test_loser_with_unmergeable_data_refuses_and_remote_holds_the_winner_intact(
     a_before = manifest.current_id(a)
 
     with pytest.raises(IkdataError) as caught:
-        _race(monkeypatch, a, remote_url, lambda: push_mod.push(b, remote_url))
+        _race(a, remote_url, lambda: push_mod.push(b, remote_url))
     message = str(caught.value)
     assert f"holds dataset {b_id[:12]} (published by another pusher), which has data {a} lacks, and merging it " \
            "was refused, so nothing was published" in message
@@ -126,7 +126,7 @@ def test_losers_with_validated_data_rebase_and_the_remote_holds_both(make_datase
     replay_and_commit(b, tmp_path, gemm_record)
     b_id = manifest.current_id(b)
 
-    result = _race(monkeypatch, a, url, lambda: push_mod.push(b, url))
+    result = _race(a, url, lambda: push_mod.push(b, url))
     assert result.merged == (b_id,) and result.published
     final = _remote_id(url)
     assert final == manifest.current_id(a)
@@ -138,7 +138,7 @@ def test_losers_with_validated_data_rebase_and_the_remote_holds_both(make_datase
 
 def test_identical_pushers_both_succeed(remote_url, make_dataset, monkeypatch):
     a = make_dataset("a", rows=2)
-    result = _race(monkeypatch, a, remote_url, lambda: push_mod.push(a, remote_url))
+    result = _race(a, remote_url, lambda: push_mod.push(a, remote_url))
     assert result.published is False and _remote_id(remote_url) == manifest.current_id(a)
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from remote_helpers import first_blob, flip_last_byte, tamper
 
-from ikdata import manifest
-from ikdata.errors import RemoteError
-from ikdata.remote.backend import open_backend
+from ikdata.core import manifest
+from ikdata.core.errors import RemoteError
+from ikdata.remote.connect import open_backend
 from ikdata.remote.pull import clone
 from ikdata.remote.push import push
-from ikdata.validate import validate
+from ikdata.ops.validate import validate
 
 
 def test_push_then_clone_is_identical(remote_url, make_dataset, tmp_path):
@@ -37,8 +37,8 @@ def test_push_then_clone_is_identical(remote_url, make_dataset, tmp_path):
 
 
 def test_second_push_sends_nothing_and_new_rows_send_only_new_blobs(remote_url, make_dataset, gemm_record):
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     root = make_dataset("src", rows=2)
     push(root, remote_url)

@@ -17,13 +17,14 @@ import pytest
 from typer.testing import CliRunner
 
 import ikdata
-from ikdata import manifest
+from ikdata.core import manifest
 from ikdata.cli import app
-from ikdata.errors import RemoteError
-from ikdata.remote.backend import FsspecBackend, open_backend
+from ikdata.core.errors import RemoteError
+from ikdata.remote.backend import FsspecBackend
+from ikdata.remote.connect import open_backend
 from ikdata.remote.pull import clone
 from ikdata.remote.push import push
-from ikdata.validate import validate
+from ikdata.ops.validate import validate
 
 from remote_helpers import url_for
 
@@ -45,7 +46,7 @@ KILLER = textwrap.dedent("""
 
         FsspecBackend._upload_one = counted
     else:
-        push_mod._checkpoint = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == point else None
+        os.environ["IKDATA_TEST_CRASH_AT"] = point  # ikdata.core.faults: SIGKILL at that checkpoint
     push_mod.push(root, url, jobs=1)
     print("push finished without being killed")
 """)
@@ -68,8 +69,8 @@ def _remote_id(url):
 @pytest.mark.parametrize("backend", ["folder", "s3", "hf"])
 def test_killed_push_leaves_old_manifest_or_none_and_rerun_completes(backend, request, tmp_path, make_dataset,
                                                                       gemm_record):
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     url = url_for(backend, request, tmp_path)
     root = make_dataset("src", rows=3)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import ikdata.remote
-from ikdata import manifest
-from ikdata.errors import UsageError
+from ikdata.core import manifest
+from ikdata.core.errors import UsageError
 from ikdata.remote import hub as hub_mod
 from ikdata.remote.pull import clone
 from ikdata.remote.push import push
@@ -15,7 +15,7 @@ from ikdata.remote.url import RemoteOptions, parse_url, resolve_options
 
 def test_exported_members():
     exported = {name for name in dir(ikdata.remote) if not name.startswith("_")}
-    modules = {"backend", "hub", "pull", "push", "readonly", "s3", "transfer", "url"}
+    modules = {"backend", "connect", "hub", "pull", "push", "readonly", "s3", "transfer", "url"}
     assert exported - modules == set(ikdata.remote.__all__)
 
 

@@ -47,8 +47,8 @@ def build(tmp_path) -> Callable[..., Built]:
     the reference's own result, so replay passes). The definition goes to a
     separate ``--definitions`` folder too, so the test decides what is trusted.
     """
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     counter = [0]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ikdata.replay.judges import judge_output
-from ikdata.replay.tolerances import (DEFAULT_TOLERANCES, JudgeSpec, Tolerance, judge_for, table,
+from ikdata.core.tolerances import (DEFAULT_TOLERANCES, JudgeSpec, Tolerance, judge_for, table,
                                       tolerance_for)
 
 INF, NAN = math.inf, math.nan

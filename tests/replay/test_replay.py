@@ -13,7 +13,7 @@ from ikdata.cli import app
 from ikdata.replay import recheck
 from ikdata.replay import report as report_mod
 from ikdata.replay.runner import replay
-from ikdata.store import rehash_file
+from ikdata.core.store import rehash_file
 from .replay_helpers import gemm_record
 
 runner = CliRunner()
@@ -122,8 +122,8 @@ class TestTrust:
     def test_other_definitions_still_replay(self, build, tmp_path):
         trusted = build(2, name="mixed")
         other = gemm_record("gemm_other")
-        from ikdata.definitions import DATASET, Definition
-        from ikdata.writer import DatasetWriter
+        from ikdata.core.definitions import DATASET, Definition
+        from ikdata.core.writer import DatasetWriter
 
         writer = DatasetWriter(trusted.root)
         a, w = torch.randn(2, 8), torch.randn(4, 8)
@@ -134,9 +134,9 @@ class TestTrust:
         assert result.exit_code == 1
 
     def test_instance_of_a_shipped_template_is_trusted(self, tmp_path):
-        templates = pytest.importorskip("ikdata.capture.templates")
-        from ikdata.definitions import DATASET, Definition
-        from ikdata.writer import DatasetWriter
+        templates = pytest.importorskip("ikdata.core.templates")
+        from ikdata.core.definitions import DATASET, Definition
+        from ikdata.core.writer import DatasetWriter
 
         template = templates.load_templates()["dense_gemm_bf16_nt"]
         instance = templates.instantiate(template, {"N": 4, "K": 8})

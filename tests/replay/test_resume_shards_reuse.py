@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import ikdata
 from ikdata.cli import app
-from ikdata.errors import UsageError
+from ikdata.core.errors import UsageError
 from ikdata.replay import report as report_mod
 from ikdata.replay.runner import Progress, Shard, replay
 from .replay_helpers import gemm_record, without_timings

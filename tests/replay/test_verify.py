@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import ikdata
-from ikdata.definitions import USER, Definition
+from ikdata.core.definitions import USER, Definition
 from ikdata.replay import recheck
 from ikdata.replay.runner import replay
 from .replay_helpers import gemm_record
@@ -85,5 +85,5 @@ def test_definition_checks(replayed):
 
 
 def test_verify_does_not_import_torch():
-    code = "import sys, ikdata.replay.verify; assert 'torch' not in sys.modules"
+    code = "import sys, ikdata.core.verdicts; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -127,7 +127,7 @@ def bench_writer(tensors: int, mb: float) -> dict:
     from safetensors.torch import save_file
 
     from ikdata.capture.writer import CaptureWriter, Job
-    from ikdata.capture.templates import instantiate, load_templates
+    from ikdata.core.templates import instantiate, load_templates
 
     n = int(mb * 1e6 / 4 / 256)
     data = [torch.randn(n, 256) for _ in range(tensors)]

@@ -1,6 +1,6 @@
 """Benchmark: import 10,000 workloads into a dataset that already holds 90% of their blobs.
 
-Compares ``ikdata.merge.import_dataset`` (verifies every new blob, dedupes, journals,
+Compares ``ikdata.importing.apply.import_dataset`` (verifies every new blob, dedupes, journals,
 rechecks every replay case, writes lineage and the manifest) with the seed's
 ``import_capture`` algorithm (seeds/002), re-implemented here by behaviour on the same
 data: it checks that every report case passed and covers every receipt, walks every
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ikdata import manifest
-from ikdata.digest import tensor_digest
-from ikdata.merge import import_dataset
-from ikdata.safetensors_format import encode_header
-from ikdata.store import blob_path
+from ikdata.core import manifest
+from ikdata.core.digest import tensor_digest
+from ikdata.importing.apply import import_dataset
+from ikdata.core.safetensors_format import encode_header
+from ikdata.core.store import blob_path
 
 NAME = "gemm_bench_n64_k64"
 DEFINITION = {

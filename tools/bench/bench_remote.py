@@ -57,8 +57,8 @@ def start_server():
 
 
 def add_rows(root: Path, rows: int, start: int, floats: int) -> None:
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     definition = Definition.from_dict(GEMM, origin=USER, source="bench")
     writer = DatasetWriter(root)
@@ -92,7 +92,7 @@ def main() -> None:
 
     from ikdata.remote.pull import clone
     from ikdata.remote.push import push
-    from ikdata.store import BlobStore
+    from ikdata.core.store import BlobStore
 
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
     work = Path(tempfile.mkdtemp(prefix="ikdata-bench-"))

@@ -24,8 +24,8 @@ REFERENCE = "import torch\n\ndef run(A, W):\n    return torch.matmul(A, W.T)\n"
 
 
 def build(root: Path, definitions: Path, cases: int, m: int, n: int, k: int) -> list[dict]:
-    from ikdata.definitions import USER, Definition
-    from ikdata.writer import DatasetWriter
+    from ikdata.core.definitions import USER, Definition
+    from ikdata.core.writer import DatasetWriter
 
     record = {"name": f"bench_gemm_n{n}_k{k}", "op_type": "gemm",
               "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": n}, "K": {"type": "const", "value": k}},

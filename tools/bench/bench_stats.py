@@ -34,7 +34,7 @@ from _bench import best_of, load_average  # noqa: E402  (tools/bench is on sys.p
 
 
 def build(root: Path, rows: int) -> None:
-    from ikdata import manifest
+    from ikdata.core import manifest
 
     rng = np.random.default_rng(0)
     (root / "definitions/gemm").mkdir(parents=True, exist_ok=True)

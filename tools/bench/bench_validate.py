@@ -5,7 +5,7 @@ hold at least 100 MB, then measures in the same run:
 
 * baseline: ``hashlib.sha256`` over an in-memory buffer on one thread (GB/s),
   times the cores used; and the same buffer hashed by N threads at once;
-* the verify path: ``ikdata.store.rehash_files`` over every blob (what
+* the verify path: ``ikdata.core.store.rehash_files`` over every blob (what
   ``validate --deep`` runs), and the whole ``validate(ds, deep=True)``
   (records, schemas, headers and hashing) in-process and as the CLI.
 
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ikdata.digest import tensor_digest
-from ikdata.safetensors_format import encode_header
-from ikdata.store import blob_path
+from ikdata.core.digest import tensor_digest
+from ikdata.core.safetensors_format import encode_header
+from ikdata.core.store import blob_path
 from _bench import best_of, load_average  # noqa: E402  (tools/bench is on sys.path)
 
 NAME = "gemm_bench_n1024_k512"
@@ -61,7 +61,7 @@ def _blob(root: Path, shape: tuple[int, ...], data: bytes) -> dict:
 
 def build(root: Path, workloads: int) -> None:
     """Write the dataset directly (generation speed is not what is measured)."""
-    from ikdata import manifest
+    from ikdata.core import manifest
 
     rng = np.random.default_rng(0)
     (root / "definitions/gemm").mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def bare_loop(paths: list[Path], jobs: int) -> None:
 
 def sweep(root: Path, jobs: int, repeat: int, baseline: float) -> None:
     """The verify path's share of hashlib x cores as a function of blob size (2,000 blobs each)."""
-    from ikdata.store import rehash_files
+    from ikdata.core.store import rehash_files
 
     print("\nblob size sweep (2,000 blobs each):")
     print("  blob KiB | verify GB/s | % of hashlib x cores | % of bare per-file loop")
@@ -169,7 +169,7 @@ def main() -> None:
     print(f"load average before: {load_average()} on {os.cpu_count()} cores")
 
     import ikdata
-    from ikdata.store import rehash_files
+    from ikdata.core.store import rehash_files
 
     root = args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"ikdata-bench-validate-{args.workloads}"
     if not (root / ".complete").exists():

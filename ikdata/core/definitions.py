@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
-from ikdata.digest import record_digest
-from ikdata.errors import DefinitionError, RecordError, UntrustedReference
-from ikdata.problems import Problem
+from ikdata.core.digest import record_digest
+from ikdata.core.errors import DefinitionError, RecordError, UntrustedReference
+from ikdata.core.problems import Problem
 
 SHIPPED = "shipped"  # origin of definitions installed with ikdata
 USER = "user"        # origin of definitions from a folder the user named
@@ -185,7 +185,7 @@ class Definition:
 
 def parse_definition(path: Path, *, origin: str, display: str | None = None) -> tuple[Definition | None, list[Problem]]:
     """Read, schema-check and consistency-check one definition file."""
-    from ikdata import schema
+    from ikdata.core import schema
 
     display = display or str(path)
     try:
@@ -264,7 +264,7 @@ def workloads_relpath(definition_name: str, op_type: str) -> str:
 
 def require_record(record: Any, *, path: str) -> Definition:
     """Build a Definition from a record or raise a RecordError listing every problem."""
-    from ikdata import schema
+    from ikdata.core import schema
 
     problems = schema.check("definition", record, path=path)
     if problems:

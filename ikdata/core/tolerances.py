@@ -1,6 +1,6 @@
 """The default tolerance table and judge bounds, and how a definition overrides them.
 
-torch-free, so :mod:`ikdata.replay.verify` (used by import) can recheck a report
+torch-free, so :mod:`ikdata.core.verdicts` (used by import) can recheck a report
 without torch. Floats pass elementwise when ``|a - e| <= atol + rtol * |e|``.
 
 Why these numbers:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator
 
-from ikdata import jsonl, schema
-from ikdata.definitions import (DATASET, SHIPPED, USER, Definition, read_folder, shipped_folder)
-from ikdata.errors import RecordError, UsageError
-from ikdata.problems import Problem
-from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.store import BlobStore
+from ikdata.core import jsonl, schema
+from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, read_folder, shipped_folder)
+from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.problems import Problem
+from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core.store import BlobStore
 
 IKDATA = "ikdata"
 SEED = "seed"

@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from ikdata import schema
-from ikdata.digest import canonical_json, record_digest
-from ikdata.errors import RecordError
-from ikdata.problems import Problem
-from ikdata.store import BlobStore, write_atomic
+from ikdata.core import schema
+from ikdata.core.digest import canonical_json, record_digest
+from ikdata.core.errors import RecordError
+from ikdata.core.problems import Problem
+from ikdata.core.store import BlobStore, write_atomic
 
 FORMAT = "ikdata/1"
 MANIFEST = "ikdata.json"

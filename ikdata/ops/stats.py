@@ -7,8 +7,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from ikdata.dataset import Dataset
-from ikdata.errors import IkdataError
+from ikdata.core.dataset import Dataset
+from ikdata.core.errors import IkdataError
 
 
 @dataclass
@@ -61,7 +61,7 @@ def compute(ds: Dataset) -> Stats:
 
 def _count_records(ds: Dataset, stats: Stats, paths: list[str]) -> None:
     """Count rows per definition and receipts; collect every blob path used, once per use."""
-    from ikdata import jsonl
+    from ikdata.core import jsonl
 
     names: list[str] = []
     add_name, add_path = names.append, paths.append

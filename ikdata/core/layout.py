@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ikdata import jsonl, manifest
-from ikdata.dataset import RECEIPTS
-from ikdata.errors import UsageError
-from ikdata.locking import dataset_lock
+from ikdata.core import jsonl, manifest
+from ikdata.core.dataset import RECEIPTS
+from ikdata.core.errors import UsageError
+from ikdata.core.locking import dataset_lock
 
 
 def init_dataset(path: str | os.PathLike, *, name: str | None = None, description: str | None = None) -> str:
@@ -45,7 +45,7 @@ class RepairReport:
 def repair_dataset(path: str | os.PathLike) -> RepairReport:
     """Finish a killed import (roll its journal forward, or drop uncommitted staging), set aside
     torn and malformed lines of every JSONL file, then refresh the manifest."""
-    from ikdata.merge import recover
+    from ikdata.core.journal import recover
 
     root = Path(path)
     if not root.is_dir():

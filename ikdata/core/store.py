@@ -1,7 +1,7 @@
 """The content-addressed blob store: put, get, verify, and blob paths.
 
 A blob is a one-tensor safetensors file at ``blob/sha256/<d[:2]>/<digest>.safetensors``,
-named by the tensor digest of :mod:`ikdata.digest`. Writes go to a unique temp
+named by the tensor digest of :mod:`ikdata.core.digest`. Writes go to a unique temp
 file in the target folder, are fsynced and renamed; a digest already stored is
 not written again. Verification rehashes the file itself (header and data,
 memory-mapped) without torch.
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ikdata.digest import tensor_digest, tensor_prefix
-from ikdata.errors import BlobCorrupted, BlobNotFound, StoreError
-from ikdata.records import TensorRef
-from ikdata.safetensors_format import (BLOB_KEY, DTYPES, MAX_HEADER_BYTES, FormatError, TensorEntry,
+from ikdata.core.digest import tensor_digest, tensor_prefix
+from ikdata.core.errors import BlobCorrupted, BlobNotFound, StoreError
+from ikdata.core.records import TensorRef
+from ikdata.core.safetensors_format import (BLOB_KEY, DTYPES, MAX_HEADER_BYTES, FormatError, TensorEntry,
                                        encode_header, parse_header)
 
 BLOB_DIR = "blob"

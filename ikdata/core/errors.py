@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from ikdata.problems import Problem
+    from ikdata.core.problems import Problem
 
 
 class IkdataError(Exception):

@@ -2,7 +2,7 @@
 
 gc holds the dataset's exclusive lock, so it never runs while a capture adds
 (``DatasetWriter.add`` stores blobs and appends rows under the shared lock) or an
-import applies. It first finishes an interrupted import (:func:`ikdata.merge.recover`).
+import applies. It first finishes an interrupted import (:func:`ikdata.core.journal.recover`).
 A blob younger than the grace period is spared, for writers that store blobs
 before taking the lock. A dataset with unreadable rows is refused: what they
 reference is unknown, so nothing could be deleted safely.
@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ikdata import jsonl, manifest
-from ikdata.dataset import Dataset
-from ikdata.errors import ProblemsFound, UsageError
-from ikdata.locking import dataset_lock
+from ikdata.core import jsonl, manifest
+from ikdata.core.dataset import Dataset
+from ikdata.core.errors import ProblemsFound, UsageError
+from ikdata.core.locking import dataset_lock
 
 DEFAULT_GRACE_MINUTES = 10.0
 
@@ -81,7 +81,7 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
         >>> result = collect_garbage("shared/gemm", grace_minutes=0)
         >>> result.bytes_freed
     """
-    from ikdata.merge import recover
+    from ikdata.core.journal import recover
 
     root = Path(path)
     if not (root / "blob").is_dir() and not (root / manifest.MANIFEST).is_file():

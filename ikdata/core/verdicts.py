@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ikdata.replay.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
+from ikdata.core.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
                                       tolerance_for)
 
 if TYPE_CHECKING:
-    from ikdata.definitions import Definition
+    from ikdata.core.definitions import Definition
 
 _EPS = 1e-12  # float slack when comparing fractions written to JSON
 

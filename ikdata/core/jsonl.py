@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from ikdata.problems import Problem
+from ikdata.core.problems import Problem
 
 
 def dumps(record: Any) -> bytes:
@@ -152,7 +152,7 @@ def repair(path: str | os.PathLike) -> RepairResult:
 
     Nothing is lost: every removed line is appended, verbatim, to the sidecar.
     """
-    from ikdata.store import write_atomic
+    from ikdata.core.store import write_atomic
 
     path = Path(path)
     fd = os.open(path, os.O_RDWR)

@@ -26,8 +26,8 @@ import string
 from dataclasses import dataclass
 from typing import Mapping
 
-from ikdata.definitions import SHIPPED, Definition, read_folder, shipped_folder
-from ikdata.errors import DefinitionError
+from ikdata.core.definitions import SHIPPED, Definition, read_folder, shipped_folder
+from ikdata.core.errors import DefinitionError
 
 TEMPLATE_TAG = "ikdata:template"
 

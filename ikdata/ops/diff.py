@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ikdata.dataset import Dataset
-from ikdata.records import TensorRef
-from ikdata.store import digest_from_path
+from ikdata.core.dataset import Dataset
+from ikdata.core.records import TensorRef
+from ikdata.core.store import digest_from_path
 
 
 @dataclass(frozen=True)

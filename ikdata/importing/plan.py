@@ -9,7 +9,7 @@ The gate: a workload with expected outputs is admitted only with a trustworthy
 passing validation, taken from SRC's replay report (or, if the report has no case
 for it, from the ``validation`` its receipt already carries from an earlier import).
 "Trustworthy" is recomputed, never read off a status field:
-:func:`ikdata.replay.verify.recheck` re-judges the recorded metrics against the
+:func:`ikdata.core.verdicts.recheck` re-judges the recorded metrics against the
 tolerance, and the case's ``input_digests``/``expected_digests`` must name exactly the
 tensors of this row and receipt. A seed report has no metrics or digests; its cases
 are accepted only as described in :func:`_seed_reasons`.
@@ -25,17 +25,17 @@ from typing import Any, Sequence
 
 import orjson
 
-from ikdata import jsonl, schema
-from ikdata.dataset import RECEIPTS, SEED, Dataset
-from ikdata.definitions import (DATASET, SHIPPED, USER, Definition, definition_relpath, read_folder,
+from ikdata.core import jsonl, schema
+from ikdata.core.dataset import RECEIPTS, SEED, Dataset
+from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, definition_relpath, read_folder,
                                 workloads_relpath)
-from ikdata.errors import MergeConflict, ProblemsFound
-from ikdata.foreign import LeftOut, Source, TensorSource, inside, read_source
-from ikdata.problems import Problem
-from ikdata.records import WorkloadRow
-from ikdata.replay.tolerances import DEFAULT_TOLERANCES
-from ikdata.replay.verify import recheck
-from ikdata.store import BlobStore, digest_from_path, rehash_files
+from ikdata.core.errors import MergeConflict, ProblemsFound
+from ikdata.importing.foreign import LeftOut, Source, TensorSource, inside, read_source
+from ikdata.core.problems import Problem
+from ikdata.core.records import WorkloadRow
+from ikdata.core.tolerances import DEFAULT_TOLERANCES
+from ikdata.core.verdicts import recheck
+from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
 SEED_TOLERANCES = {k: DEFAULT_TOLERANCES[k] for k in ("bfloat16", "float32")}
@@ -197,7 +197,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         ProblemsFound: SRC is unreadable or inconsistent (bad records, a stale manifest,
             a corrupt blob).
         MergeConflict: never; conflicts are collected in ``plan.conflicts`` so a dry run
-            can show them. :func:`ikdata.merge.import_dataset` raises them.
+            can show them. :func:`ikdata.importing.apply.import_dataset` raises them.
     """
     dst = Path(dst)
     dst_rows, dst_receipts, dst_defs = _read_dst(dst)
@@ -319,7 +319,7 @@ def _plan_blobs(plan: ImportPlan, dst: Path) -> None:
 
 
 def _manifest_or_empty(dst: Path) -> dict:
-    from ikdata.manifest import read
+    from ikdata.core.manifest import read
 
     return (read(dst) or {}) if dst.is_dir() else {}
 
@@ -332,7 +332,7 @@ def _normal(expected: dict) -> dict:
 
 def _stale_outside_reports(root: Path, built: dict) -> bool:
     """SRC's manifest disagrees with its files other than reports (replay writes a report, not the manifest)."""
-    from ikdata.manifest import read
+    from ikdata.core.manifest import read
 
     held = read(root)
     if held is None:

@@ -17,14 +17,14 @@ from typing import Any, Mapping
 
 import orjson
 
-from ikdata import jsonl
-from ikdata.dataset import RECEIPTS
-from ikdata.definitions import Definition, definition_relpath, workloads_relpath
-from ikdata.digest import canonical_json
-from ikdata.errors import DefinitionError, MergeConflict
-from ikdata.locking import dataset_lock
-from ikdata.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.store import BlobStore, RawTensor, raw_tensor, write_atomic
+from ikdata.core import jsonl
+from ikdata.core.dataset import RECEIPTS
+from ikdata.core.definitions import Definition, definition_relpath, workloads_relpath
+from ikdata.core.digest import canonical_json
+from ikdata.core.errors import DefinitionError, MergeConflict
+from ikdata.core.locking import dataset_lock
+from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core.store import BlobStore, RawTensor, raw_tensor, write_atomic
 
 # Provenance fields that identify what was captured; time, host and pid do not.
 IDENTITY_FIELDS = ("engine", "model", "model_revision", "request_id", "step", "variant", "operation", "module_path")
@@ -147,7 +147,7 @@ class DatasetWriter:
 
     def commit(self, *, parent: Mapping[str, Any] | None = None) -> str:
         """Bring the manifest up to date under the exclusive dataset lock; return the dataset id."""
-        from ikdata import manifest
+        from ikdata.core import manifest
 
         with dataset_lock(self.root, exclusive=True):
             return manifest.write(self.root, parent=dict(parent) if parent else None)

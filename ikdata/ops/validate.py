@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ikdata.dataset import Dataset
-from ikdata.definitions import Definition
-from ikdata.errors import RecordError, StoreError
-from ikdata.problems import Problem
-from ikdata.records import TensorRef
-from ikdata.safetensors_format import TensorEntry
-from ikdata.store import BlobCheck, digest_from_path, read_entries, rehash_files
+from ikdata.core.dataset import Dataset
+from ikdata.core.definitions import Definition
+from ikdata.core.errors import RecordError, StoreError
+from ikdata.core.problems import Problem
+from ikdata.core.records import TensorRef
+from ikdata.core.safetensors_format import TensorEntry
+from ikdata.core.store import BlobCheck, digest_from_path, read_entries, rehash_files
 
 
 @dataclass
@@ -174,7 +174,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
     _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash)
 
     if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
-        from ikdata.manifest import check_manifest
+        from ikdata.core.manifest import check_manifest
 
         problems += check_manifest(ds)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ikdata.dataset import Dataset
-from ikdata.errors import StoreError, UsageError
-from ikdata.records import TensorRef
-from ikdata.store import read_entries
+from ikdata.core.dataset import Dataset
+from ikdata.core.errors import StoreError, UsageError
+from ikdata.core.records import TensorRef
+from ikdata.core.store import read_entries
 
 
 def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Turn a source dataset of any layout into importable form: ikdata rows, receipts and tensor sources.
 
-Three layouts are read (see :mod:`ikdata.dataset`):
+Three layouts are read (see :mod:`ikdata.core.dataset`):
 
 - **ikdata**: rows and receipts are taken as they are; a blob's digest is its file name.
 - **seed** (the capture script of ``seeds/002``): blobs are named by digest under
@@ -27,14 +27,14 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
-from ikdata import jsonl, manifest, schema
-from ikdata.dataset import FLASHINFER, IKDATA, SEED, Dataset, check_relative
-from ikdata.definitions import Definition
-from ikdata.digest import bytes_digest
-from ikdata.problems import Problem
-from ikdata.records import RandomInput, Receipt, TensorRef, WorkloadRow
-from ikdata.safetensors_format import BLOB_KEY, TensorEntry
-from ikdata.store import BlobCheck, blob_path, digest_from_path, rehash_file
+from ikdata.core import jsonl, manifest, schema
+from ikdata.core.dataset import FLASHINFER, IKDATA, SEED, Dataset, check_relative
+from ikdata.core.definitions import Definition
+from ikdata.core.digest import bytes_digest
+from ikdata.core.problems import Problem
+from ikdata.core.records import RandomInput, Receipt, TensorRef, WorkloadRow
+from ikdata.core.safetensors_format import BLOB_KEY, TensorEntry
+from ikdata.core.store import BlobCheck, blob_path, digest_from_path, rehash_file
 
 FLASHINFER_ORIGIN = "flashinfer-trace"
 

@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
 
-from ikdata.problems import Problem
+from ikdata.core.problems import Problem
 
 KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest")
 

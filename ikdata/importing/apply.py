@@ -1,6 +1,6 @@
 """Import (merge) a validated dataset into another, all or nothing.
 
-:func:`import_dataset` plans the import read-only (:mod:`ikdata.merge_plan`), then
+:func:`import_dataset` plans the import read-only (:mod:`ikdata.importing.plan`), then
 applies it under DST's exclusive lock through a journal:
 
 1. every blob DST lacks is hardlinked (same filesystem) or copied into the staging
@@ -16,19 +16,18 @@ applies it under DST's exclusive lock through a journal:
 A kill before step 3 leaves DST's tracked files exactly as they were (the staging
 folder is ignored and removed by the next import or gc). A kill after step 3 is
 **rolled forward** by the next ``ikdata import`` or ``ikdata gc`` of DST
-(:func:`recover`): each journal step is idempotent, and a JSONL file is only
+(:func:`ikdata.core.journal.recover`): each journal step is idempotent, and a JSONL file is only
 extended, so lines a capture appended meanwhile are kept.
 
-For tests, ``IKDATA_TEST_CRASH_AT=<point>`` kills the process (SIGKILL) at a named
-point: ``blobs-staged``, ``files-staged``, ``journal-written``, ``rolled-partly``,
-``manifest-written``. It is read only here, and only at those points.
+Crash tests stop it at named checkpoints (:mod:`ikdata.core.faults`): ``blobs-staged``,
+``files-staged``, ``journal-written``, and in the roll-forward ``rolled-partly``,
+``manifest-written``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,19 +35,18 @@ from typing import Sequence
 
 import orjson
 
-from ikdata import manifest
-from ikdata.dataset import detect_layout, IKDATA
-from ikdata.digest import bytes_digest
-from ikdata.errors import StoreError, UsageError
-from ikdata.foreign import LeftOut
-from ikdata.locking import LOCK_FILE, dataset_lock
-from ikdata.merge_plan import ImportPlan, plan_import, raise_refusals
-from ikdata.safetensors_format import encode_header
-from ikdata.store import blob_path, write_atomic
+from ikdata.core import manifest
+from ikdata.core.dataset import detect_layout, IKDATA
+from ikdata.core.digest import bytes_digest
+from ikdata.core.errors import UsageError
+from ikdata.importing.foreign import LeftOut
+from ikdata.core.faults import checkpoint
+from ikdata.core.journal import STAGING, recover, roll_forward, write_journal
+from ikdata.core.locking import LOCK_FILE, dataset_lock
+from ikdata.importing.plan import ImportPlan, plan_import, raise_refusals
+from ikdata.core.safetensors_format import encode_header
+from ikdata.core.store import blob_path, write_atomic
 
-STAGING = ".ikdata-import"
-JOURNAL = "journal.json"
-CRASH_ENV = "IKDATA_TEST_CRASH_AT"
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,7 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
                            hop=hop)
         return _result(plan, src, dst, dry_run=True)
     if empty:
-        from ikdata.layout import init_dataset
+        from ikdata.core.layout import init_dataset
 
         init_dataset(dst)
     with dataset_lock(dst, exclusive=True):
@@ -151,7 +149,7 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
             return _result(plan, src, dst, dataset_id=manifest.current_id(dst))
         parent = {"id": plan.source.dataset_id, **hop}
         linked, copied = _stage_and_commit(plan, dst, parent)
-        dataset_id = _roll_forward(dst)
+        dataset_id = roll_forward(dst)
     return _result(plan, src, dst, linked=linked, copied=copied, dataset_id=dataset_id)
 
 
@@ -161,12 +159,6 @@ def _result(plan: ImportPlan, src: Path, dst: Path, *, dry_run: bool = False, li
                         tuple(plan.left_out), tuple(plan.conflicts), tuple(plan.definitions),
                         linked, copied, plan.blobs_present, plan.bytes_in, dataset_id,
                         plan.source.dataset_id, dry_run, len(plan.blobs))
-
-
-def _crash_point(name: str) -> None:
-    """Test hook: SIGKILL this process at a named point when IKDATA_TEST_CRASH_AT names it."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict) -> tuple[int, int]:
@@ -189,7 +181,7 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict) -> tuple[int, i
                                   *_chunks(tensor.path, entry.start, entry.end)])
             copied += 1
         steps.append({"kind": "blob", "staged": staged.relative_to(dst).as_posix(), "target": blob_path(digest)})
-    _crash_point("blobs-staged")
+    checkpoint("blobs-staged")
     appends = dict(plan.rows)
     if plan.receipts:
         appends["receipts.jsonl"] = plan.receipts
@@ -204,10 +196,9 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict) -> tuple[int, i
         staged = staging / f"definition-{number}.part"
         write_atomic(staged, [data])
         steps.append({"kind": "create", "staged": staged.relative_to(dst).as_posix(), "target": target})
-    _crash_point("files-staged")
-    write_atomic(staging / JOURNAL, [orjson.dumps({"format": "ikdata-import-journal/1", "parent": parent,
-                                                   "steps": steps})])
-    _crash_point("journal-written")
+    checkpoint("files-staged")
+    write_journal(dst, parent, steps)
+    checkpoint("journal-written")
     return linked, copied
 
 
@@ -232,74 +223,4 @@ def _chunks(path: Path, start: int, end: int | None, size: int = 1 << 22):
             yield chunk
 
 
-def recover(dst: str | os.PathLike, *, locked: bool = False) -> str | None:
-    """Finish an import that was killed: roll a committed journal forward, drop uncommitted staging.
-
-    Returns:
-        "rolled-forward", "discarded", or None when there was nothing to recover.
-    """
-    dst = Path(dst)
-    staging = dst / STAGING
-    if not staging.exists():
-        return None
-    if not locked:
-        with dataset_lock(dst, exclusive=True):
-            return recover(dst, locked=True)
-    if (staging / JOURNAL).is_file():
-        _roll_forward(dst)
-        return "rolled-forward"
-    shutil.rmtree(staging, ignore_errors=True)
-    return "discarded"
-
-
-def _roll_forward(dst: Path) -> str:
-    """Step 4-5: apply every journal step (each idempotent), write the manifest, remove staging."""
-    staging = dst / STAGING
-    journal = orjson.loads((staging / JOURNAL).read_bytes())
-    for number, step in enumerate(journal["steps"]):
-        staged, target = dst / step["staged"], dst / step["target"]
-        if step["kind"] == "blob":
-            if staged.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if target.exists():
-                    staged.unlink()
-                else:
-                    os.replace(staged, target)
-        elif step["kind"] == "append":
-            _apply_append(dst, step)
-        elif step["kind"] == "create" and staged.exists():
-            data = staged.read_bytes()
-            if target.exists() and target.read_bytes() != data:
-                raise StoreError(f"{target}: cannot finish the interrupted import, the file changed meanwhile; "
-                                 f"remove {staging} to abandon it", path=str(target))
-            write_atomic(target, [data])
-            staged.unlink()
-        if number == 0:
-            _crash_point("rolled-partly")
-    parent = journal["parent"]
-    held = manifest.read(dst) or {}
-    recorded = any(p["id"] == parent["id"] and p["at"] == parent["at"] for p in held.get("parents", []))
-    dataset_id = manifest.write(dst, parent=None if recorded else parent)
-    _crash_point("manifest-written")
-    shutil.rmtree(staging)
-    return dataset_id
-
-
-def _apply_append(dst: Path, step: dict) -> None:
-    staged, target = dst / step["staged"], dst / step["target"]
-    payload = staged.read_bytes()
-    current = target.read_bytes() if target.is_file() else b""
-    base = step["base_size"]
-    if len(current) < base or bytes_digest(current[:base]) != step["base_digest"]:
-        raise StoreError(f"{target}: cannot finish the interrupted import, the file was rewritten meanwhile; "
-                         f"remove {dst / STAGING} to abandon the import, then run it again", path=str(target))
-    if current[base:base + len(payload)] == payload:
-        return  # already applied
-    # Lines a capture appended after the kill stay; the import's lines go after them.
-    tail = current[base:]
-    if tail and not tail.endswith(b"\n"):
-        tail += b"\n"
-    write_atomic(target, [current[:base], tail, payload])
-
-
-__all__ = ["ImportResult", "import_dataset", "recover", "STAGING", "CRASH_ENV"]
+__all__ = ["ImportResult", "import_dataset"]

@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from ikdata import manifest
-from ikdata.dataset import Dataset
-from ikdata.errors import UsageError
-from ikdata.records import TensorRef
-from ikdata.store import DIGEST_RE, digest_from_path
+from ikdata.core import manifest
+from ikdata.core.dataset import Dataset
+from ikdata.core.errors import UsageError
+from ikdata.core.records import TensorRef
+from ikdata.core.store import DIGEST_RE, digest_from_path
 
 CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
                   "operation", "module_path", "process_id", "host", "captured_at", "origin", "source_row")

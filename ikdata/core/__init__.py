@@ -1,0 +1,1 @@
+"""The torch-free core every feature stands on: records, store, schemas, manifest, journal, definitions, trust."""

@@ -1,0 +1,1 @@
+"""Import: read foreign layouts, plan an import read-only, apply it through the journal."""

@@ -1,0 +1,1 @@
+"""Operations over a dataset: validate, stats, lineage, diff, gc, inspect."""
