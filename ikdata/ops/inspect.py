@@ -6,6 +6,7 @@ from typing import Any
 
 from ikdata.core.dataset import Dataset
 from ikdata.core.errors import StoreError, UsageError
+from ikdata.core.index import lookup
 from ikdata.core.records import TensorRef
 from ikdata.core.store import read_entries
 
@@ -16,7 +17,8 @@ def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
     Raises:
         UsageError: no workload, or more than one, matches the uuid prefix.
     """
-    matches = [r for r in ds.workloads() if r.uuid.startswith(uuid)]
+    indexed = lookup(ds, uuid)  # the index: a few B-tree lookups, whatever the number of rows
+    matches = indexed[0] if indexed is not None else [r for r in ds.workloads() if r.uuid.startswith(uuid)]
     if not matches:
         raise UsageError(f"{ds.root}: no workload with uuid {uuid!r}; list them with 'ikdata ls {ds.root}'")
     if len({r.uuid for r in matches}) > 1:
@@ -35,5 +37,5 @@ def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
             except Exception as exc:  # an unsafe path: reported, not followed
                 entry["error"] = str(exc)
         inputs[name] = entry
-    receipts = [r.to_dict() for r in ds.receipts() if r.uuid == row.uuid]
+    receipts = [r.to_dict() for r in (indexed[1] if indexed is not None else ds.receipts()) if r.uuid == row.uuid]
     return {"source": f"{row.source}:{row.line}", "row": row.to_dict(), "inputs": inputs, "receipts": receipts}

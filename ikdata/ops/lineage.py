@@ -17,6 +17,7 @@ import orjson
 
 from ikdata.core import manifest
 from ikdata.core.dataset import Dataset
+from ikdata.core.index import lookup
 from ikdata.core.errors import UsageError
 from ikdata.core.records import TensorRef
 from ikdata.core.store import DIGEST_RE, digest_from_path
@@ -57,6 +58,12 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
         >>> [c.capture["host"] for c in trace("shared/gemm", "3f2a")]
     """
     ds = Dataset.open(path)
+    if not DIGEST_RE.match(key):
+        indexed = lookup(ds, key)  # the index: a few lookups and seeks, whatever the number of rows
+        if indexed is not None and len({r.uuid for r in indexed[0]}) == 1:
+            row, receipts_of = indexed[0][0], indexed[1]
+            return [_chain(row, receipts_of[-1] if receipts_of else None, _report_cases(ds).get(row.uuid, []),
+                           row.uuid, ())]
     rows = {row.uuid: row for row in ds.workloads(validate=False)}
     receipts = {r.uuid: r for r in ds.receipts(validate=False)}
     cases = _report_cases(ds)
