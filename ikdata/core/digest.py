@@ -37,3 +37,12 @@ def record_digest(record: Any) -> str:
 def bytes_digest(data: bytes) -> str:
     """Hex sha256 of raw bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def parts_digest(parts: Any) -> str:
+    """Hex sha256 over byte chunks (any buffers) in order: for digests defined by a sequence of parts,
+    such as the noise recipe's (:mod:`ikdata.core.noise`)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()

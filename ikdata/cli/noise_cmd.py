@@ -1,0 +1,61 @@
+"""``ikdata noise``: print the digest of the noise recipe for a seed and shapes (and save the tensors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ikdata.cli import _output as out
+from ikdata.cli import app
+from ikdata.cli._options import JsonOpt
+
+NOISE_EXAMPLES = """
+\b
+Examples:
+  ikdata noise 42 --shape video=1,128,3,4,6 --shape audio=1,8,25,16
+  ikdata noise 42 --shape video=1,4,3,16,16 --save noise.safetensors --json
+"""
+
+
+@app.command("noise", epilog=NOISE_EXAMPLES)
+def noise_command(
+        seed: Annotated[int, typer.Argument(help="The seed of the CPU generator.", show_default=False)],
+        shape: Annotated[list[str], typer.Option(
+            "--shape", help="NAME=D0,D1,... for each stream, in the order they are drawn (video first).")],
+        save: Annotated[Optional[Path], typer.Option(
+            "--save", help="Also write the tensors to this safetensors file (keys: stream names).")] = None,
+        json_: JsonOpt = False) -> None:
+    """Draw the initial noise of recipe cpu-randn-float32/1 and print its digest, so another engine can prove
+    it started from the same noise."""
+    from ikdata.core import noise
+
+    streams = [noise.parse_shape(s) for s in shape]
+    noise.check_streams(streams)
+    tensors = noise.draw(seed, streams)
+    found = noise.digest((s.name, s.shape, tensors[s.name]) for s in streams)
+    if save is not None:
+        _save(save, tensors, found)
+    document = noise.describe(seed, streams, found)
+    if save is not None:
+        document["saved"] = str(save)
+    if json_:
+        out.emit_json(document)
+        return
+    out.info(f"recipe {noise.RECIPE}  seed {seed}")
+    for s in streams:
+        out.info(f"  {s.name}: {list(s.shape)}")
+    out.info(f"digest {found}")
+    if save is not None:
+        out.info(f"saved to {save}")
+
+
+def _save(path: Path, tensors: dict, found: str) -> None:
+    from safetensors.torch import save
+
+    from ikdata.core import noise
+    from ikdata.core.store import write_atomic
+
+    data = save(tensors, metadata={"recipe": noise.RECIPE, "digest": found})
+    write_atomic(path, [data])
