@@ -1,25 +1,43 @@
-"""Build hook: ship ``ikdata_capture.pth`` at the top of site-packages (all settings live in pyproject.toml).
+"""Build hook: ship ``ikdata_capture.pth`` at the top of site-packages (all other settings live in pyproject.toml).
 
-The .pth file makes every Python process call ``ikdata.capture.boot.boot()`` when,
-and only when, ``IKDATA_CAPTURE`` is set: that is how ``ikdata capture -- CMD``
-reaches every child process (spawn, fork, forkserver, subprocess). A normal
-install gets it through ``build_py``; an editable install (``pip install -e .``)
-through the editable wheel, which does not use ``build_py``'s outputs.
+The .pth line imports the top-level module ``ikdata_boot`` (standard library only) in
+every Python process that starts with ``IKDATA_CAPTURE`` set, and costs one environ
+lookup in every other: that is how ``ikdata capture -- CMD`` reaches every child
+process (spawn, fork, forkserver, subprocess).
+
+No declarative setting puts a file at the top of site-packages, so two command
+classes do it, each through public interfaces only (``cmdclass``, a command's
+``run``, ``build_lib``, ``get_outputs`` and the ``dist_dir`` option):
+
+- a wheel (``pip install .``, ``pip wheel .``): ``build_py`` also writes the .pth into
+  ``build_lib``, whose contents form the wheel's root;
+- an editable install (``pip install -e .``, PEP 660): setuptools builds the editable
+  wheel from its own strategies and ignores what build commands write, so after
+  ``editable_wheel`` has written the wheel into ``dist_dir`` the .pth is added to it,
+  with its RECORD line. (coverage.py ships ``a1_coverage.pth`` the same way.)
+
+Pinned by ``tests/capture/test_boot_packaging.py`` (a real ``pip wheel`` and ``pip install -e``
+in a temporary venv); the setuptools range in ``[build-system]`` is the one that test covers.
 """
 
+import base64
+import hashlib
 import os
+import zipfile
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
-PTH_NAME = "ikdata_capture.pth"
+PTH_NAME = "ikdata_capture.pth"  # sorts after __editable__*.pth, so an editable install's finder is there first
 # One line; site.py executes lines that start with "import". Costs one environ lookup when capture is off.
-PTH_LINE = ("import os; os.environ.get('IKDATA_CAPTURE') and "
-            "__import__('ikdata.capture.boot').capture.boot.boot()\n")
+PTH_LINE = "import os; os.environ.get('IKDATA_CAPTURE') and __import__('ikdata_boot').boot()\n"
 
 
 class BuildPyWithPth(build_py):
+    """``build_py`` that also writes the .pth beside the packages (a wheel's root)."""
+
     def run(self):
         super().run()
         if not getattr(self, "editable_mode", False):
@@ -33,28 +51,38 @@ class BuildPyWithPth(build_py):
         return outputs
 
 
-class _StrategyWithPth:
-    """Wraps setuptools' editable strategy: the editable wheel also carries the .pth file."""
-
-    def __init__(self, strategy):
-        self._strategy = strategy
-
-    def __call__(self, wheel, files, mapping):
-        result = self._strategy(wheel, files, mapping)
-        wheel.writestr(PTH_NAME, PTH_LINE)
-        return result
-
-    def __enter__(self):
-        self._strategy.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._strategy.__exit__(*exc)
-
-
 class EditableWheelWithPth(editable_wheel):
-    def _select_strategy(self, *args, **kwargs):
-        return _StrategyWithPth(super()._select_strategy(*args, **kwargs))
+    """``editable_wheel`` that adds the .pth to the editable wheel it has just written."""
+
+    def run(self):
+        super().run()
+        name = self.distribution.get_name().replace("-", "_")
+        wheels = sorted(Path(self.dist_dir).glob(f"{name}-*.editable-*.whl"), key=os.path.getmtime)
+        if not wheels:
+            raise RuntimeError(f"no editable wheel of {name} found in {self.dist_dir}; "
+                               f"cannot add {PTH_NAME} (see setup.py)")
+        add_to_wheel(wheels[-1], PTH_NAME, PTH_LINE.encode())
+
+
+def add_to_wheel(wheel: Path, name: str, data: bytes) -> None:
+    """Rewrite ``wheel`` with one more file at its root, listed in its RECORD."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    tmp = wheel.with_name(wheel.name + ".tmp")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        records = [i for i in src.infolist() if i.filename.endswith(".dist-info/RECORD")]
+        if len(records) != 1:
+            raise RuntimeError(f"{wheel}: expected one .dist-info/RECORD, found {len(records)}")
+        for item in src.infolist():
+            if item.filename == name:
+                continue
+            payload = src.read(item.filename)
+            if item is records[0]:
+                payload = b"".join(line + b"\n" for line in payload.splitlines()
+                                   if not line.startswith(name.encode() + b","))
+                payload += f"{name},sha256={digest},{len(data)}\n".encode()
+            dst.writestr(item, payload)
+        dst.writestr(name, data)
+    os.replace(tmp, wheel)
 
 
 setup(cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth})

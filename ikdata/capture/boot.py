@@ -1,9 +1,11 @@
 """The per-process boot: turn capture on in every Python process that starts with ``IKDATA_CAPTURE`` set.
 
-``ikdata_capture.pth`` (installed with the package) runs :func:`boot` at interpreter
-start only when the variable is set; otherwise it costs one ``os.environ`` lookup.
-:func:`boot` never imports torch: it waits for the program to import torch, then
-patches it before any other module can bind the original functions.
+``ikdata_capture.pth`` (installed with the package) imports the top-level
+:mod:`ikdata_boot` at interpreter start only when the variable is set; that
+module, standard library only, waits for the program to import torch and then
+calls :func:`boot` here, which patches torch before any other module can bind
+the original functions. :func:`boot` called earlier (torch not imported yet)
+waits the same way, through :func:`ikdata_boot.watch`; it never imports torch.
 
 Process life: capture flushes at normal exit (atexit), on SIGTERM (when the
 program has not installed its own handler), and in ``os._exit`` (how forked
@@ -15,8 +17,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import importlib.abc
-import importlib.util
 import os
 import signal
 import sys
@@ -44,7 +44,9 @@ def boot() -> None:
         if "torch" in sys.modules and hasattr(sys.modules["torch"], "nn"):
             install(config)
         else:
-            sys.meta_path.insert(0, _TorchWatcher(config))
+            import ikdata_boot
+
+            ikdata_boot.watch(lambda: _install_logging(config))
     except Exception as exc:  # noqa: BLE001  a broken capture set-up must not stop the program
         if os.environ.get("IKDATA_CAPTURE_STRICT", "") not in ("", "0"):
             raise
@@ -197,41 +199,14 @@ def _after_fork_child() -> None:
         _CAPTURER.after_fork_in_child()
 
 
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Installs capture right after ``import torch`` finishes, before the program uses it."""
-
-    def __init__(self, config: CaptureConfig) -> None:
-        self.config = config
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _InstallingLoader(spec.loader, self.config)
-        return spec
-
-
-class _InstallingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, config: CaptureConfig) -> None:
-        self._loader, self._config = loader, config
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        try:
-            install(self._config)
-        except Exception as exc:  # noqa: BLE001
-            if self._config.strict:
-                raise
-            sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
+def _install_logging(config: CaptureConfig) -> None:
+    """Install from the import hook: a failure is printed (raised in strict mode), never stops the program."""
+    try:
+        install(config)
+    except Exception as exc:  # noqa: BLE001
+        if config.strict:
+            raise
+        sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
 
 
 __all__ = ["boot", "install", "uninstall", "flush", "current"]

@@ -1,0 +1,100 @@
+"""The interpreter-start hook of ``ikdata capture``: standard library only, until the program imports torch.
+
+``ikdata_capture.pth`` (installed into site-packages with the package) imports this
+module only when ``IKDATA_CAPTURE`` is set, and calls :func:`boot`. :func:`boot`
+puts a finder at the front of ``sys.meta_path`` that does nothing but compare
+module names; the moment the program imports ``torch`` (and after torch has
+finished importing), it hands over to :func:`ikdata.capture.boot.boot`, which
+patches torch before the program can bind the original functions.
+
+This module is top-level, not inside ``ikdata``, on purpose: importing any
+``ikdata.*`` module runs ``ikdata/__init__.py``, which loads the whole library
+(validation, import, jsonschema, orjson), about 150 ms and 130 modules that a
+process which never touches torch does not need. Here only ``os`` and ``sys``
+(already loaded by ``site``) are used. Figures: ``tools/bench/boot.py``.
+"""
+
+import os
+import sys
+
+ENV = "IKDATA_CAPTURE"
+WATCHED = "torch"
+
+
+def boot():
+    """Called from the .pth line: hand over to capture when the program imports torch. Idempotent; never raises."""
+    if not os.environ.get(ENV):
+        return
+    if WATCHED in sys.modules:  # called late, torch already there: start now
+        _start()
+        return
+    watch(_start)
+
+
+def watch(on_import, name=WATCHED):
+    """Call ``on_import()`` right after the module ``name`` has finished importing (once).
+
+    Returns the finder (already on ``sys.meta_path``), or None when one watching ``name``
+    with the same callback is already installed.
+    """
+    for finder in sys.meta_path:
+        if isinstance(finder, ImportWatcher) and finder.name == name and finder.on_import is on_import:
+            return None
+    finder = ImportWatcher(name, on_import)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def _start():
+    try:
+        from ikdata.capture.boot import boot as capture_boot
+    except Exception as exc:  # noqa: BLE001  a broken install must not stop the program
+        if os.environ.get("IKDATA_CAPTURE_STRICT", "") not in ("", "0"):
+            raise
+        sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
+        return
+    capture_boot()
+
+
+class ImportWatcher:
+    """A ``sys.meta_path`` finder that lets every import through and wraps the loader of one module.
+
+    It finds nothing itself: for ``name`` it asks the finders behind it for the real spec and
+    wraps its loader so that ``on_import`` runs after the module body. Any other name costs one
+    string comparison.
+    """
+
+    def __init__(self, name, on_import):
+        self.name = name
+        self.on_import = on_import
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        import importlib.util  # the program is importing torch now: this cost no longer matters
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _CallingLoader(spec.loader, self.on_import)
+        return spec
+
+
+class _CallingLoader:
+    """Delegates to the real loader; runs the callback once the module has executed."""
+
+    def __init__(self, loader, on_import):
+        self._loader = loader
+        self._on_import = on_import
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._on_import()
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
