@@ -15,6 +15,7 @@ Nothing is parsed recursively before its depth is known, so hostile headers give
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -93,6 +94,14 @@ def canonical_problem(prefix: bytes, entries: list[TensorEntry]) -> str | None:
         return ("its header is not the canonical one (extra metadata, fields, spacing or key order); "
                 "equal tensors must give byte-identical blobs")
     return None
+
+
+def file_canonical_problem(path: str | os.PathLike, entries: list[TensorEntry]) -> str | None:
+    """:func:`canonical_problem` for a file on disk, reading only its header."""
+    if len(entries) == 1:
+        with open(path, "rb") as stream:
+            return canonical_problem(stream.read(entries[0].start), entries)
+    return canonical_problem(b"", entries)
 
 
 def parse_header(prefix: bytes, file_size: int) -> list[TensorEntry]:

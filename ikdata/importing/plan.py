@@ -35,6 +35,7 @@ from ikdata.core.problems import Problem
 from ikdata.core.records import WorkloadRow
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
 from ikdata.core.verdicts import recheck
+from ikdata.core.safetensors_format import file_canonical_problem
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
@@ -311,9 +312,13 @@ def _plan_blobs(plan: ImportPlan, dst: Path) -> None:
         elif len(check.digests) != 1 or check.digests[0] != digest:
             problems.append(Problem(rel, f"content digest is {list(check.digests)}, but the file is named by "
                                     f"{digest}: the blob is corrupt; restore it from its source", code="digest-mismatch"))
+        elif check.entries[0].key != plan.source.tensors[digest].tensor_key:
+            problems.append(Problem(rel, f"holds tensor {check.entries[0].key!r}, but the workload names "
+                                    f"{plan.source.tensors[digest].tensor_key!r}", code="missing-key"))
         else:
             tensor = plan.source.tensors[digest]
-            plan.blobs[digest] = TensorSource(tensor.path, tensor.tensor_key, tensor.canonical, check.entries[0])
+            canonical = tensor.canonical and file_canonical_problem(check.path, list(check.entries)) is None
+            plan.blobs[digest] = TensorSource(tensor.path, tensor.tensor_key, canonical, check.entries[0])
     if problems:
         raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} corrupt blob(s); nothing was imported")
 

@@ -14,7 +14,7 @@ from ikdata.core.definitions import Definition
 from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
-from ikdata.core.safetensors_format import TensorEntry
+from ikdata.core.safetensors_format import DTYPES, TensorEntry, canonical_problem, encode_header
 from ikdata.core.store import BlobCheck, digest_from_path, read_entries, rehash_files
 
 
@@ -263,7 +263,11 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                 continue
             entries[rel] = list(check.entries)
             expected = digest_from_path(rel)
-            if expected and len(check.digests) == 1 and check.digests[0] != expected:
+            if expected and len(check.digests) != 1:
+                problems.append(Problem(rel, f"holds {len(check.digests)} tensors {[e.key for e in check.entries]}, "
+                                        f"but its name is the digest of one tensor ({expected}); the file was "
+                                        "altered: restore it from its source", code="digest-mismatch"))
+            elif expected and check.digests[0] != expected:
                 problems.append(Problem(rel, f"content digest is {check.digests[0]}, but the file is named by "
                                         f"{expected}: the blob is corrupt; restore it from its source",
                                         code="digest-mismatch"))
@@ -276,6 +280,8 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
             found = [f for group in pool.map(lambda g: [_entries_or_error(p) for p in g], batches) for f in group]
         entries.update(zip(readable, found))
     report.blobs_checked = len(readable)
+    if ds.layout == "ikdata":
+        _check_canonical(ds, entries, problems, exact=deep)
     reported_files: set[str] = set()
     for use in uses:
         path = files.get(use.ref.path)
@@ -304,6 +310,30 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         if use.shape is not None and tuple(entry.shape) != tuple(use.shape):
             problems.append(Problem(use.where, f"blob {use.ref.path} has shape {list(entry.shape)}, expected "
                                     f"{list(use.shape)} ({use.context})", use.line, use.pointer, "shape-mismatch"))
+
+
+def _check_canonical(ds: Dataset, entries: dict[str, list[TensorEntry] | str], problems: list[Problem], *,
+                     exact: bool) -> None:
+    """Every ikdata blob (``blob/sha256/...``) is one tensor in the canonical header, so equal
+    digests give byte-identical files. The layout is checked from the parsed entries; with
+    ``exact`` (deep) the header bytes are read and compared too."""
+    for rel, found in entries.items():
+        if isinstance(found, str) or not rel.startswith("blob/sha256/"):
+            continue
+        reason = canonical_problem(b"", found) if len(found) != 1 or found[0].dtype not in DTYPES else None
+        if reason is None:
+            header = encode_header(found[0].dtype, found[0].shape, found[0].nbytes)
+            if found[0].start != len(header):
+                reason = canonical_problem(b"", found)
+            elif exact:
+                try:
+                    with open(ds.root / rel, "rb") as stream:
+                        reason = canonical_problem(stream.read(len(header)), found)
+                except OSError as exc:
+                    reason = f"cannot read: {exc.strerror or exc}"
+        if reason:
+            problems.append(Problem(rel, f"not a canonical ikdata blob: {reason}; restore it from its source",
+                                    code="bad-blob"))
 
 
 def _scan(ds: Dataset) -> tuple[dict[str, int], set[str]]:
