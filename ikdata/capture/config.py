@@ -19,6 +19,7 @@ from ikdata.core.errors import UsageError
 ENV = "IKDATA_CAPTURE"
 STRICT_ENV = "IKDATA_CAPTURE_STRICT"
 DEFAULT_QUEUE_BYTES = 256 << 20
+DEFAULT_WEIGHT_CACHE_MIN_BYTES = 64 << 10  # ikdata.capture.weights.DEFAULT_MIN_BYTES
 
 _UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
           "T": 10**12, "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
@@ -77,6 +78,9 @@ class CaptureConfig:
         adapters: module paths of user adapters, each with ``install(api)``.
         provenance: engine, model, model_revision... added to every receipt.
         queue_bytes: bytes of copied tensors waiting for the writer before the engine waits.
+        weight_cache_min_bytes: weights at least this large are copied once and then reused while
+            unchanged (checked off the engine thread); smaller ones are copied at every capture.
+        streams: diffusion latent streams whose steps trajectories record (empty: all), e.g. ("video",).
     """
 
     into: str
@@ -92,6 +96,8 @@ class CaptureConfig:
     adapters: tuple[str, ...] = ()
     provenance: dict[str, Any] = field(default_factory=dict)
     queue_bytes: int = DEFAULT_QUEUE_BYTES
+    weight_cache_min_bytes: int = DEFAULT_WEIGHT_CACHE_MIN_BYTES
+    streams: tuple[str, ...] = ()
 
     def to_env(self) -> str:
         """The JSON for ``IKDATA_CAPTURE``."""
@@ -115,7 +121,7 @@ class CaptureConfig:
         if unknown or "into" not in data:
             raise UsageError(f"{ENV} has unknown keys {sorted(unknown)} or lacks 'into'; "
                              f"expected keys among {sorted(cls.__dataclass_fields__)}")
-        for key in ("definitions", "only", "adapters"):
+        for key in ("definitions", "only", "adapters", "streams"):
             data[key] = tuple(data.get(key) or ())
         if data.get("steps") is not None:
             data["steps"] = tuple(data["steps"])

@@ -141,6 +141,11 @@ class StepTracker:
             _REQUEST.reset(tokens[1])
         _STEP.reset(tokens[0])
 
+    def steps_seen(self) -> int:
+        """The most steps counted for one request in this process (0: no step module call ran)."""
+        with self._lock:
+            return max(self._counters.values(), default=0)
+
     # -- what the hooks ask ---------------------------------------------------------------------
 
     def current_request(self) -> Request | None:

@@ -15,6 +15,8 @@ Adapters (built-in in :mod:`ikdata.capture.adapters`, or a user's module with an
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import os
 import socket
 import sys
@@ -29,11 +31,13 @@ from ikdata.capture import selection
 from ikdata.capture.config import CaptureConfig
 from ikdata.capture.context import StepTracker
 from ikdata.core.templates import instantiate, load_templates
-from ikdata.capture.writer import BlobHandle, CaptureWriter, Job, WeightCache
+from ikdata.capture.weights import BlobHandle, WeightCache
+from ikdata.capture.writer import CaptureWriter, Job
 from ikdata.core.definitions import USER, Definition, read_folder
 from ikdata.core.errors import DefinitionError, UsageError
 
 Handler = Callable[..., None]
+UNSTEPPED_SAMPLES = 16  # calls per hooked function outside any step run through the adapter, to name them
 _MISSING = object()
 
 
@@ -85,12 +89,15 @@ class Capturer:
         self.tracker = StepTracker(step_module=config.step_module, request_file=config.request_file)
         self.ledger = selection.Ledger(config.state_dir, max_per_definition=config.max_per_definition,
                                        max_bytes=config.max_bytes)
-        self.weights = WeightCache()
-        self.writer = CaptureWriter(config.into, queue_bytes=config.queue_bytes, on_error=self._writer_failed)
+        self.weights = WeightCache(min_bytes=config.weight_cache_min_bytes)
+        self.writer = CaptureWriter(config.into, queue_bytes=config.queue_bytes, on_error=self._writer_failed,
+                                    weights=self.weights)
         self.disabled: set[str] = set()
         self.failures: list[dict[str, Any]] = []
         self.captured: dict[str, int] = {}
         self.refused: dict[str, int] = {}
+        self.unstepped: dict[str, int] = {}  # definition -> calls outside any step, left out by --steps
+        self._noted: dict[str, int] = {}  # label -> calls outside any step run through its adapter to name them
         self._resolved: dict[tuple, Definition | None] = {}
         self._local = threading.local()
         self._module_handlers: list[tuple[Callable[[Any], bool], Handler, str]] = []
@@ -101,6 +108,7 @@ class Capturer:
         self._shutdown_pid: int | None = None
         self._patches: list[tuple[Any, str, Any]] = []
         self._engine: tuple[str, str | None] | None = None
+        self.on_shutdown: list[Callable[[], None]] = []  # run before the final flush (open diffusion trajectories)
 
     # -- the adapter API ------------------------------------------------------------------------
 
@@ -111,7 +119,7 @@ class Capturer:
         capturer = self
         tracker_local = self.tracker.local
         compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
-        eager_dispatch = _outside_graph(capturer._dispatch)
+        _EAGER.prepare()
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -121,7 +129,7 @@ class Capturer:
                     # Dynamo is tracing: break the graph here so the capture runs eagerly, on the
                     # real tensors, each time the compiled code runs. With capture off, Dynamo
                     # guards on ``enabled`` and the graph has no break.
-                    eager_dispatch(handler, label, (args, kwargs, out))
+                    _EAGER.dispatch(capturer, handler, label, (args, kwargs, out))
                 elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
                     capturer._dispatch(handler, label, (args, kwargs, out))
             return out
@@ -171,6 +179,10 @@ class Capturer:
         step = self.tracker.current_step()
         steps = req.steps if req.steps is not None else self.config.steps
         if steps is not None and (step is None or step not in steps):
+            if step is None:  # say in the summary which definitions --steps left out, and why
+                resolved = self._resolve(definition, fills)
+                if resolved is not None:
+                    self.unstepped[resolved.name] = self.unstepped.get(resolved.name, 0) + 1
             return False
         resolved = self._resolve(definition, fills)
         if resolved is None:
@@ -184,19 +196,27 @@ class Capturer:
             self._fail(resolved.name, exc)
             return False
         weight_names = set(weights)
-        cached = {n: self.weights.get(inputs[n]) for n in weight_names if _is_tensor(inputs.get(n))}
-        nbytes = sum(_nbytes(v) for n, v in {**inputs, **outputs}.items() if cached.get(n) is None)
+        cached = {}  # weight name -> (the copy made earlier, the check this capture joins)
+        for name in weight_names:
+            value = inputs.get(name)
+            if _is_tensor(value) and self.weights.is_cacheable(value):
+                found = self.weights.lookup(value)
+                if found is not None:
+                    cached[name] = found
+        nbytes = sum(_nbytes(v) for n, v in {**inputs, **outputs}.items() if n not in cached)
         refusal = self.ledger.reserve(resolved.name, key, nbytes)
         if refusal is not None:
+            for _, check in cached.values():
+                self.weights.leave(check)
             if refusal != selection.SEEN:
                 self.refused[refusal] = self.refused.get(refusal, 0) + 1
             if refusal == selection.BYTES_FULL:
                 self.enabled = False
             return False
-        host_in = {n: self._host(v, cached.get(n), n in weight_names) for n, v in inputs.items()}
-        host_out = {n: self._host(v, None, False) for n, v in outputs.items()}
+        host_in = {n: cached[n][0] if n in cached else self._host(v, n in weight_names) for n, v in inputs.items()}
+        host_out = {n: self._host(v, False) for n, v in outputs.items()}
         provenance = self._provenance(req, step, operation, variant)
-        job = Job(resolved, axes, host_in, host_out, provenance, nbytes)
+        job = Job(resolved, axes, host_in, host_out, provenance, nbytes, {n: c for n, (_, c) in cached.items()})
         if self.config.strict:
             self.writer.write(job)
         else:
@@ -214,9 +234,25 @@ class Capturer:
         steps = req.steps if req.steps is not None else self.config.steps
         return steps is None or self.tracker.current_step() in steps
 
+    def _is_unstepped(self, label: str) -> bool:
+        """A call outside any step while --steps selects steps: run its adapter a few times, so that
+        :meth:`record` can name the definitions it would have captured (and keeps nothing)."""
+        req = self.tracker.current_request()
+        if req is None or self.tracker.current_step() is not None:
+            return False
+        if (req.steps if req.steps is not None else self.config.steps) is None:
+            return False
+        seen = self._noted.get(label, 0)
+        if seen >= UNSTEPPED_SAMPLES:
+            return False
+        self._noted[label] = seen + 1
+        return True
+
     def _dispatch(self, handler: Handler, label: str, call: tuple) -> None:
         local = self._local
-        if getattr(local, "busy", False) or label in self.disabled or not self.is_selected_now():
+        if getattr(local, "busy", False) or label in self.disabled:
+            return
+        if not self.is_selected_now() and not self._is_unstepped(label):
             return
         out = call[-1]
         if type(out).__name__ == "FakeTensor" or getattr(getattr(out, "device", None), "type", None) == "meta":
@@ -258,16 +294,14 @@ class Capturer:
             return None
         return definition
 
-    def _host(self, value: Any, cached: BlobHandle | None, is_weight: bool) -> Any:
-        if cached is not None:
-            return cached
+    def _host(self, value: Any, is_weight: bool) -> Any:
         if not _is_tensor(value):
             return value
         import torch
 
         copy = torch.empty(tuple(value.shape), dtype=value.dtype, device="cpu")
         copy.copy_(value.detach())
-        if is_weight:
+        if is_weight and self.weights.is_cacheable(value):
             handle = BlobHandle(copy)
             self.weights.put(value, handle)
             return handle
@@ -282,8 +316,13 @@ class Capturer:
             root = stack[0]
             facts.update(self._facts_of(root))
             facts["module_path"] = self._module_path(root, stack[-1])
+        detected = facts["engine"]
         facts.update(self.config.provenance)
         facts.update(req.provenance)
+        given = {**self.config.provenance, **req.provenance}
+        if facts.get("engine") != detected and "engine_version" not in given:
+            # an engine named by the user: its own package's version, else none (never torch's)
+            facts["engine_version"] = engine_version(facts.get("engine"))
         facts.update(request_id=req.request_id, step=step, operation=operation, variant=variant,
                      captured_at=time.time())
         return facts
@@ -345,19 +384,23 @@ class Capturer:
             return
         self._shutdown_pid = os.getpid()
         try:
+            for hook in list(self.on_shutdown):
+                hook()
             self.writer.flush()
         finally:
             if self.config.state_dir:
                 jsonl.append(os.path.join(self.config.state_dir, "events.jsonl"),
                              [{"pid": os.getpid(), "host": socket.gethostname(), "captured": self.captured,
-                               "refused": self.refused, "failures": self.failures,
-                               "weight_cache_hits": self.weights.hits}], fsync=False)
+                               "refused": self.refused, "failures": self.failures, "lost": self.writer.failed,
+                               "unstepped": self.unstepped, "steps_seen": self.tracker.steps_seen(),
+                               "weight_cache_hits": self.weights.hits, "weight_checks": self.weights.checks,
+                               "unverified": self.weights.flagged}], fsync=False)
 
     def after_fork_in_child(self) -> None:
         self.writer.after_fork_in_child()
         self.ledger._lock = threading.Lock()
         self.tracker._lock = threading.Lock()
-        self.captured, self.refused, self.failures = {}, {}, []
+        self.captured, self.refused, self.failures, self.unstepped = {}, {}, [], {}
         self._shutdown_pid = None
 
     def uninstall(self) -> None:
@@ -387,14 +430,80 @@ def _dynamo_test() -> Callable[[], bool]:
         return lambda: False
 
 
-def _outside_graph(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` marked for torch.compile to run eagerly (a graph break), never traced."""
-    try:
-        import torch.compiler
+def _dispatch_eagerly(capturer: Capturer, handler: Handler, label: str, call: tuple) -> None:
+    capturer._dispatch(handler, label, call)
 
-        return torch.compiler.disable(function, recursive=True)
-    except (ImportError, AttributeError):
-        return function
+
+class _EagerDispatch:
+    """:meth:`Capturer._dispatch` marked for torch.compile to run eagerly (a graph break), never traced.
+
+    ``torch.compiler.disable`` imports ``torch._dynamo`` (about 1.5 s), which a program that
+    never compiles must not pay. So the marked function is built only once Dynamo is loaded:
+    at patch time if it already is, else right after the program imports it (an import hook
+    for that one module name), which is always before Dynamo can trace anything.
+    """
+
+    def __init__(self) -> None:
+        self._marked: Callable[..., None] | None = None
+        self._watching = False
+
+    def prepare(self) -> None:
+        if self._marked is not None:
+            return
+        if "torch._dynamo" in sys.modules:
+            self._build()
+        elif not self._watching:
+            self._watching = True
+            sys.meta_path.insert(0, _DynamoWatcher(self))
+
+    def _build(self) -> None:
+        try:
+            import torch.compiler
+
+            self._marked = torch.compiler.disable(_dispatch_eagerly, recursive=True)
+        except (ImportError, AttributeError):
+            self._marked = _dispatch_eagerly
+
+    def dispatch(self, capturer: Capturer, handler: Handler, label: str, call: tuple) -> None:
+        if self._marked is None:  # Dynamo traces only after its import, which built it: a safety net
+            self._build()
+        self._marked(capturer, handler, label, call)  # type: ignore[misc]
+
+
+class _DynamoWatcher(importlib.abc.MetaPathFinder):
+    """Builds the eager dispatch right after ``torch._dynamo`` is imported, by whoever imports it."""
+
+    def __init__(self, eager: _EagerDispatch) -> None:
+        self.eager = eager
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "torch._dynamo":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _BuildingLoader(spec.loader, self.eager)
+        return spec
+
+
+class _BuildingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, eager: _EagerDispatch) -> None:
+        self._loader, self._eager = loader, eager
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        self._eager._build()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+_EAGER = _EagerDispatch()
 
 
 def _is_tensor(value: Any) -> bool:
@@ -415,6 +524,23 @@ def _version(package: str) -> str | None:
         return None
 
 
+def engine_version(engine: Any) -> str | None:
+    """The version of the package an engine name stands for (``SGLang`` -> ``sglang``), or None.
+
+    Only that package's own version: its distribution's metadata, else its module's ``__version__``.
+    """
+    if not isinstance(engine, str) or not engine.strip():
+        return None
+    name = engine.strip()
+    for candidate in dict.fromkeys((name, name.lower(), name.lower().replace("_", "-"))):
+        found = _version(candidate)
+        if found is not None:
+            return found
+    module = sys.modules.get(name.lower().replace("-", "_"))
+    version = getattr(module, "__version__", None)
+    return str(version) if version is not None else None
+
+
 def _detect_engine() -> tuple[str, str | None]:
     for engine in ("sglang", "vllm"):
         if engine in sys.modules:
@@ -422,4 +548,4 @@ def _detect_engine() -> tuple[str, str | None]:
     return "torch", _version("torch")
 
 
-__all__ = ["Capturer", "check_only"]
+__all__ = ["Capturer", "check_only", "engine_version"]

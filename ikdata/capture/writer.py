@@ -1,14 +1,16 @@
 """The background capture writer: hashing and writing off the engine's thread, behind a bounded queue.
 
 The engine thread only copies tensors to host memory and calls :meth:`CaptureWriter.submit`.
-One writer thread per process hashes and stores the blobs, then appends the
-workload row and, after it, the receipt (so a killed process never leaves a
-receipt whose row is missing). When the copies waiting exceed ``queue_bytes``
-the engine waits: memory stays bounded.
+One writer thread per process stores the blobs, settles the checks of reused
+weights (:mod:`ikdata.capture.weights`), and hands the workloads to
+:meth:`DatasetWriter.add_many`, the one writer of rows and receipts (rows first, then
+receipts: the crash-safe order). When the copies waiting exceed ``queue_bytes`` the
+engine waits: memory stays bounded.
 
-A weight seen again (same tensor object, same version counter) is neither
-copied nor hashed again: :class:`WeightCache` hands out the same
-:class:`BlobHandle`, which the writer hashes and stores once.
+A capture that reused a cached weight waits in the queue until that weight is
+rehashed; checks of one weight are spaced ``CHECK_INTERVAL`` apart (one rehash
+covers every capture made since the last), except when the queue fills or a flush
+(exit, fork, commit) asks for everything at once.
 
 Fork safety: before a fork the queue is drained and the writer is held idle, so
 a child inherits no half-written work; in the child the writer restarts empty.
@@ -19,64 +21,21 @@ from __future__ import annotations
 import collections
 import os
 import threading
-import weakref
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ikdata.core import jsonl
-from ikdata.core.dataset import RECEIPTS
-from ikdata.core.definitions import Definition, workloads_relpath
+from ikdata.capture.weights import FLAGGED, BlobHandle, WeightCache, WeightCheck
+from ikdata.core.definitions import Definition
 from ikdata.core.locking import dataset_lock
-from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.core.writer import DatasetWriter, default_provenance, workload_uuid
+from ikdata.core.writer import DatasetWriter, NewWorkload
 
 
 BATCH_JOBS = 64  # jobs the writer takes at once: one append per file for all of them
 BLOB_THREADS = 4
-
-
-class BlobHandle:
-    """A host copy of a tensor that may be used by several workloads; stored (and hashed) once."""
-
-    __slots__ = ("tensor", "ref", "nbytes", "_lock")
-
-    def __init__(self, tensor: Any) -> None:
-        self.tensor = tensor
-        self.ref: TensorRef | None = None
-        self.nbytes = tensor.numel() * tensor.element_size()
-        self._lock = threading.Lock()
-
-    def store(self, writer: DatasetWriter) -> TensorRef:
-        with self._lock:
-            if self.ref is None:
-                self.ref = writer.store.put(self.tensor).ref
-                self.tensor = None  # the blob is on disk; the host copy is no longer needed
-            return self.ref
-
-
-class WeightCache:
-    """Host copies of weights, keyed by the live tensor object and its version counter."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref, int, BlobHandle]] = {}
-        self.hits = 0
-
-    def get(self, tensor: Any) -> BlobHandle | None:
-        entry = self._entries.get(id(tensor))
-        if entry is None or entry[0]() is not tensor or entry[1] != tensor._version:
-            return None
-        self.hits += 1
-        return entry[2]
-
-    def put(self, tensor: Any, handle: BlobHandle) -> None:
-        key = id(tensor)
-        try:  # the entry dies with the tensor, so a recycled id never hits
-            ref = weakref.ref(tensor, lambda _, key=key: self._entries.pop(key, None))
-        except TypeError:
-            return
-        self._entries[key] = (ref, tensor._version, handle)
+CHECK_INTERVAL = 0.05  # seconds between two rehashes of one cached weight (the queue may wait that long)
 
 
 @dataclass
@@ -89,6 +48,7 @@ class Job:
     outputs: dict[str, Any]
     provenance: dict[str, Any]
     nbytes: int
+    checks: dict[str, WeightCheck] = field(default_factory=dict)  # weight input -> the check it joined
 
 
 ErrorHandler = Callable[[Job, BaseException], None]
@@ -104,13 +64,14 @@ class CaptureWriter:
     """
 
     def __init__(self, root: str | os.PathLike, *, queue_bytes: int = 256 << 20,
-                 on_error: ErrorHandler | None = None) -> None:
+                 on_error: ErrorHandler | None = None, weights: WeightCache | None = None) -> None:
         self.root = Path(root)
         self.dataset = DatasetWriter(self.root)
         self.queue_bytes = queue_bytes
         self.on_error = on_error
+        self.weights = weights if weights is not None else WeightCache()
         self.written = 0
-        self.failed = 0
+        self.failed = 0  # workloads lost: captured, but not written
         self._reset()
 
     def _reset(self) -> None:
@@ -119,6 +80,7 @@ class CaptureWriter:
         self._jobs: collections.deque[Job] = collections.deque()
         self._pending_bytes = 0
         self._busy = False
+        self._flushing = 0  # threads waiting in flush: no check is put off while they wait
         self._io = threading.Lock()  # held while a job is written; a fork waits for it
         self._thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -150,10 +112,15 @@ class CaptureWriter:
             self._drain_here()
             return
         with self._cond:
-            while self._jobs or self._busy:
-                if not self._thread.is_alive():
-                    break
-                self._cond.wait(0.5)
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._jobs or self._busy:
+                    if not self._thread.is_alive():
+                        break
+                    self._cond.wait(0.5)
+            finally:
+                self._flushing -= 1
         self._drain_here()
 
     # -- the writer thread ----------------------------------------------------------------------
@@ -168,11 +135,26 @@ class CaptureWriter:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs:
-                    self._cond.wait()
+                while True:
+                    if not self._jobs:
+                        self._cond.wait()
+                        continue
+                    delay = self._check_delay()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)  # let more captures join the weight's check
                 batch = [self._jobs.popleft() for _ in range(min(len(self._jobs), BATCH_JOBS))]
                 self._busy = True
             self._run(batch)
+
+    def _check_delay(self) -> float:
+        """How long the first queued job may wait for its weights' next check (0: write it now)."""
+        if self._flushing or self._pending_bytes * 2 >= self.queue_bytes:
+            return 0.0
+        checks = [c for c in self._jobs[0].checks.values() if c.state == "pending"]
+        if not checks:
+            return 0.0
+        return max(c.since for c in checks) + CHECK_INTERVAL - time.time()
 
     def _drain_here(self) -> None:
         while True:
@@ -205,42 +187,33 @@ class CaptureWriter:
             raise failed[0][1]
 
     def write_batch(self, batch: list[Job]) -> list[tuple[Job, BaseException]]:
-        """Store the blobs of several jobs (in parallel), then append their rows, then their receipts.
+        """Store the blobs of several jobs (in parallel), check reused weights, then add the workloads.
 
-        Rows go to each workload file, and receipts to ``receipts.jsonl``, in one locked append
-        per file, after every blob they name is durable. Returns the jobs that failed.
+        Rows and receipts go through :meth:`DatasetWriter.add_many` (one append per file,
+        rows before receipts, after every blob they name is durable). A job whose reused
+        weight failed its check is written with ``unverified`` in its receipt. Returns the
+        jobs that failed, none of which left a row or a receipt.
         """
         failed: list[tuple[Job, BaseException]] = []
-        good: list[Job] = []
-        for job in batch:
-            try:
-                self.dataset.add_definition(job.definition)
-                good.append(job)
-            except Exception as exc:  # noqa: BLE001  reported per job
-                failed.append((job, exc))
-        rows: dict[str, list[dict]] = {}
-        receipts: list[dict] = []
+        items: list[tuple[Job, NewWorkload]] = []
         with dataset_lock(self.root, exclusive=False):
-            values = {id(v): v for job in good for v in (*job.inputs.values(), *job.outputs.values())
+            values = {id(v): v for job in batch for v in (*job.inputs.values(), *job.outputs.values())
                       if not isinstance(v, (bool, int, float))}
             refs = self._put_all(values)
-            for job in good:
+            for job in batch:
+                for check in job.checks.values():
+                    if check.handle.digest is not None:  # stored: its live bytes can be compared
+                        self.weights.verify(check)
+            for job in batch:
                 try:
-                    descriptors = {n: self._descriptor(job.inputs[n], refs) for n in job.definition.inputs}
-                    expected = {n: self._descriptor(job.outputs[n], refs) for n in job.definition.outputs}
-                except Exception as exc:  # noqa: BLE001
+                    inputs = {n: self._descriptor(v, refs) for n, v in job.inputs.items()}
+                    outputs = {n: self._descriptor(v, refs) for n, v in job.outputs.items()}
+                except Exception as exc:  # noqa: BLE001  a blob of this job could not be stored
                     failed.append((job, exc))
                     continue
-                definition = job.definition
-                facts = {**default_provenance(), **job.provenance}
-                uuid = workload_uuid(definition.name, descriptors, facts)
-                path = workloads_relpath(definition.name, definition.op_type)
-                rows.setdefault(path, []).append(WorkloadRow(definition.name, uuid, job.axes, descriptors).to_dict())
-                receipts.append(Receipt(uuid, definition.name, job.axes, expected, facts).to_dict())
-            for path, records in rows.items():
-                jsonl.append(self.root / path, records)
-            if receipts:
-                jsonl.append(self.root / RECEIPTS, receipts)
+                items.append((job, NewWorkload(job.definition, inputs, outputs, _facts(job), job.axes)))
+            results = self.dataset.add_many([item for _, item in items])
+        failed += [(job, r) for (job, _), r in zip(items, results) if isinstance(r, BaseException)]
         return failed
 
     def _put_all(self, values: dict[int, Any]) -> dict[int, Any]:
@@ -261,7 +234,7 @@ class CaptureWriter:
     def _put_or_error(self, value: Any) -> Any:
         try:
             if isinstance(value, BlobHandle):
-                return value.store(self.dataset)
+                return value.store(self.dataset.store)
             return self.dataset.store.put(value).ref
         except Exception as exc:  # noqa: BLE001  turned into the job's failure
             return exc
@@ -269,7 +242,7 @@ class CaptureWriter:
     @staticmethod
     def _descriptor(value: Any, refs: dict[int, Any]) -> Any:
         if isinstance(value, (bool, int, float)):
-            return Scalar(value)
+            return value
         ref = refs[id(value)]
         if isinstance(ref, BaseException):
             raise ref
@@ -288,4 +261,16 @@ class CaptureWriter:
         self._reset()
 
 
-__all__ = ["CaptureWriter", "Job", "BlobHandle", "WeightCache", "BATCH_JOBS"]
+def _facts(job: Job) -> dict[str, Any]:
+    """The job's provenance, with ``unverified`` when a weight it reused failed its check."""
+    flagged = sorted(n for n, c in job.checks.items() if c.state == FLAGGED)
+    if not flagged:
+        return job.provenance
+    reasons = "; ".join(f"{n}: {job.checks[n].reason}" for n in flagged)
+    return {**job.provenance, "unverified": {
+        "inputs": flagged,
+        "reason": f"the weight {', '.join(flagged)} this capture reused was rehashed after it and no longer "
+                  f"matched the recorded blob, so the bytes the operator read are not known ({reasons})"}}
+
+
+__all__ = ["CaptureWriter", "Job", "BlobHandle", "WeightCache", "BATCH_JOBS", "CHECK_INTERVAL"]

@@ -1,8 +1,10 @@
 """DatasetWriter: add definitions and workloads to an ikdata dataset, checked against the definition.
 
-Each ``add`` stores the blobs, then appends one workload row and one receipt.
-Rows and receipts are single-line locked appends, so several processes may add
-to one dataset at once. The capture machinery runs this on a background thread.
+:meth:`DatasetWriter.add_many` is the one place that turns workloads into rows and
+receipts; :meth:`DatasetWriter.add` and the capture writer both go through it.
+Blobs are stored first, then the rows, then the receipts (see :meth:`DatasetWriter.append`
+for why that order), each file in one locked whole-line append, so several
+processes may add to one dataset at once.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ import os
 import socket
 import time
 import uuid as uuid_mod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import orjson
 
-from ikdata.core import jsonl
+from ikdata.core import faults, jsonl
 from ikdata.core.dataset import RECEIPTS
-from ikdata.core.definitions import Definition, definition_relpath, workloads_relpath
+from ikdata.core.definitions import Definition, definition_bytes, definition_relpath, workloads_relpath
 from ikdata.core.digest import canonical_json
 from ikdata.core.errors import DefinitionError, MergeConflict
 from ikdata.core.locking import dataset_lock
@@ -51,11 +53,23 @@ def default_provenance() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AddResult:
-    """What ``add`` wrote: the row, the receipt, and the bytes of newly written blobs."""
+    """What ``add`` wrote: the row, the receipt, the bytes of newly written blobs, and the row's file."""
 
     row: WorkloadRow
     receipt: Receipt
     new_bytes: int
+    path: str = ""  # the workload file, relative to the dataset root
+
+
+@dataclass(frozen=True)
+class NewWorkload:
+    """One workload to add: values are tensors, scalars or stored TensorRefs; ``axes`` given: already checked."""
+
+    definition: Definition
+    inputs: Mapping[str, Any]
+    outputs: Mapping[str, Any]
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    axes: Mapping[str, int] | None = None
 
 
 class DatasetWriter:
@@ -77,10 +91,10 @@ class DatasetWriter:
         if definition.name in self._written_definitions:
             return
         path = self.root / definition_relpath(definition)
-        data = canonical_json(dict(definition.record)) + b"\n"
+        data = definition_bytes(definition.record)  # declared order: flashinfer-bench reads inputs in file order
         if path.exists():
             existing = orjson.loads(path.read_bytes())
-            if canonical_json(existing) + b"\n" != data:
+            if canonical_json(existing) != canonical_json(dict(definition.record)):
                 raise MergeConflict(f"{path}: a different definition named {definition.name!r} is already there; "
                                     "rename yours or remove the old one", paths=[str(path)])
         else:
@@ -114,36 +128,100 @@ class DatasetWriter:
 
     def add(self, definition: Definition, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
             provenance: Mapping[str, Any] | None = None) -> AddResult:
-        """Check, store blobs, and append one workload row and one receipt.
+        """Check, store blobs, and append one workload row and then its receipt.
 
         Args:
             definition: the definition the tensors must fit.
-            inputs: input name -> torch tensor, numpy array, RawTensor or Python scalar.
-            outputs: output name -> the tensor the engine produced.
+            inputs: input name -> torch tensor, numpy array, RawTensor, Python scalar, or a
+                TensorRef already stored in this dataset.
+            outputs: output name -> the tensor the engine produced (same kinds).
             provenance: engine, model, request_id, step, operation, module_path, ...
+
+        Raises:
+            DefinitionError: the tensors do not fit the definition.
+            OSError, StoreError: a blob, the row or the receipt could not be written.
         """
-        axes = self.check(definition, inputs, outputs)
+        result = self.add_many([NewWorkload(definition, inputs, outputs, provenance or {})])[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def add_many(self, workloads: Sequence[NewWorkload]) -> list[AddResult | BaseException]:
+        """Add several workloads: one append per workload file and one for the receipts.
+
+        Each workload is checked (unless its ``axes`` are given: checked already), its
+        definition written and its blobs stored; those that fail get their exception in the
+        result, in order, and the others are appended together (:meth:`append`).
+        """
+        results: list[AddResult | BaseException] = []
+        with dataset_lock(self.root, exclusive=False):
+            for item in workloads:
+                try:
+                    results.append(self._prepare(item))
+                except Exception as exc:  # noqa: BLE001  reported per workload
+                    results.append(exc)
+            good = [r for r in results if isinstance(r, AddResult)]
+            try:
+                self.append(good)
+            except Exception as exc:  # noqa: BLE001  none of them was kept
+                results = [exc if isinstance(r, AddResult) else r for r in results]
+        return results
+
+    def _prepare(self, item: NewWorkload) -> AddResult:
+        definition = item.definition
+        axes = dict(item.axes) if item.axes is not None else self.check(definition, item.inputs, item.outputs)
         self.add_definition(definition)
         new_bytes = 0
         descriptors: dict[str, Any] = {}
         expected: dict[str, Any] = {}
-        with dataset_lock(self.root, exclusive=False):
-            for target, values in ((descriptors, inputs), (expected, outputs)):
-                for name, value in values.items():
-                    if isinstance(value, (bool, int, float)):
-                        target[name] = Scalar(value)
-                        continue
+        for target, values in ((descriptors, item.inputs), (expected, item.outputs)):
+            for name, value in values.items():
+                if isinstance(value, (bool, int, float)):
+                    target[name] = Scalar(value)
+                elif isinstance(value, TensorRef):
+                    target[name] = value
+                else:
                     put = self.store.put(value)
                     new_bytes += put.nbytes if put.written else 0
                     target[name] = put.ref
-            facts = {**default_provenance(), **(provenance or {})}
-            uuid = workload_uuid(definition.name, descriptors, facts)
-            ordered = {n: descriptors[n] for n in definition.inputs}
-            row = WorkloadRow(definition.name, uuid, axes, ordered)
-            receipt = Receipt(uuid, definition.name, axes, expected, facts)
-            jsonl.append(self.root / RECEIPTS, [receipt.to_dict()])
-            jsonl.append(self.root / workloads_relpath(definition.name, definition.op_type), [row.to_dict()])
-        return AddResult(row, receipt, new_bytes)
+        facts = {**default_provenance(), **item.provenance}
+        uuid = workload_uuid(definition.name, descriptors, facts)
+        ordered = {n: descriptors[n] for n in definition.inputs}
+        return AddResult(WorkloadRow(definition.name, uuid, axes, ordered),
+                         Receipt(uuid, definition.name, axes, expected, facts), new_bytes,
+                         workloads_relpath(definition.name, definition.op_type))
+
+    def append(self, results: Sequence[AddResult]) -> None:
+        """Append the rows, then the receipts, of workloads whose blobs are already stored.
+
+        The order is the crash-safe one. A process killed between the two appends leaves
+        rows without receipts: inputs-only workloads, which validate, replay (``skipped``)
+        and import accept. The other order would leave receipts naming no row, which import
+        refuses ("receipt ... names no workload row"). When the receipts cannot be written
+        (disk full, file-size limit), the rows just appended are cut off again, so an error,
+        unlike a kill, leaves no row without its receipt; if another writer appended behind
+        them meanwhile they stay, and the error says how many.
+
+        Raises:
+            OSError: the rows or the receipts could not be written (nothing of them was kept,
+                except as said above).
+        """
+        rows: dict[str, list[dict]] = {}
+        for result in results:
+            rows.setdefault(result.path, []).append(result.row.to_dict())
+        written: list[tuple[Path, tuple[int, int]]] = []
+        try:
+            for path, records in rows.items():
+                written.append((self.root / path, jsonl.append(self.root / path, records)))
+            faults.checkpoint("rows-appended")
+            if results:
+                jsonl.append(self.root / RECEIPTS, [r.receipt.to_dict() for r in results])
+        except OSError as exc:
+            kept = [str(path) for path, (start, end) in written if not jsonl.truncate_tail(path, start, end)]
+            if kept:
+                exc.add_note(f"rows were left without receipts in {', '.join(kept)} (another writer appended "
+                             "after them); replay reports them as skipped")
+            raise
 
     def commit(self, *, parent: Mapping[str, Any] | None = None) -> str:
         """Bring the manifest up to date under the exclusive dataset lock; return the dataset id."""
@@ -159,4 +237,4 @@ def _dtype_name(value: Any) -> str:
     return str(value.dtype)
 
 
-__all__ = ["DatasetWriter", "AddResult", "workload_uuid", "default_provenance", "IDENTITY_FIELDS", "TensorRef"]
+__all__ = ["DatasetWriter", "AddResult", "NewWorkload", "workload_uuid", "default_provenance", "IDENTITY_FIELDS", "TensorRef"]

@@ -244,6 +244,12 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         new_receipt = None
         if receipt is not None:
             new_receipt = {k: v for k, v in receipt.items() if k not in ("validation", "imports")}
+            if receipt.get("unverified"):  # capture could not vouch for its inputs (docs/capture.md)
+                why = receipt["unverified"]
+                (plan.left_out if only_passed else plan.refused).append(LeftOut(
+                    uuid, row["definition"], "its capture is unverified: "
+                    f"{why.get('reason') if isinstance(why, dict) else why}; capture it again"))
+                continue
             if receipt["expected_output"]:
                 validation, reasons = _validation_for(source, uuid, row, receipt)
                 if reasons:

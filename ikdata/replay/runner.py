@@ -302,6 +302,11 @@ def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
         why = "no receipt" if receipt is None else "its receipt has no expected_output"
         return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
                 "reason": f"no expected outputs to judge against ({why}; e.g. an imported workload)"}
+    unverified = receipt.provenance.get("unverified")
+    if unverified:  # capture could not vouch for the bytes its inputs name (docs/capture.md): never judged
+        reason = unverified.get("reason") if isinstance(unverified, dict) else str(unverified)
+        return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
+                "reason": f"unverified capture, not judged: {reason}"}
     definition = run.ds.definitions.get(row.definition)
     try:
         if definition is None:

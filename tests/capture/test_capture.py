@@ -124,7 +124,7 @@ def test_linear_capture_with_provenance_validates_deep(capture_into, tmp_path):
 
 
 def test_a_weight_seen_again_is_copied_and_stored_once(capture_into, tmp_path):
-    cap = capture_into()
+    cap = capture_into(weight_cache_min_bytes=0)  # this small weight is reused too, not copied every time
     linear = torch.nn.Linear(16, 8, bias=False)
     for i in range(20):
         with capture.request(f"r{i}"):
@@ -196,7 +196,7 @@ def test_caps_per_definition_and_bytes(capture_into, tmp_path):
 
 
 def test_max_bytes_stops_capture(capture_into, tmp_path):
-    cap = capture_into(max_bytes=300)
+    cap = capture_into(max_bytes=300, weight_cache_min_bytes=0)  # W is reused, not copied at every capture
     w = torch.randn(4, 8)  # one capture copies A (32 B) + W (128 B) + C (16 B) = 176 B
     for i in range(5):
         with capture.request(i):
