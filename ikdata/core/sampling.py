@@ -370,6 +370,7 @@ class Implied:
     probs: tuple[float, ...] = ()
     kept: int = 0
     detail: str = ""
+    unseen: float = 0.0  # unlisted weight bound ignored as negligible (share of the kept weight)
 
 
 def _unlisted_weight(rest: float, p_last: float, p_top: float, temperature: float, count: float) -> float:
@@ -412,14 +413,14 @@ def implied(logprobs: Sequence[float], *, temperature: float, top_k: int = 0, to
     if unlisted_count == 0:
         rest = 0.0
 
-    def result(count: int) -> Implied:
+    def result(count: int, unseen: float = 0.0) -> Implied:
         if count < big_k and lp[count - 1] - lp[count] < tol:
             return Implied("boundary", detail=f"the cut after token {count} is within {tol:g} of token {count + 1}")
         t_ = temperature if temperature >= GREEDY_T else 1.0
         w = np.exp((lp[:count] - lp[0]) / t_) if temperature >= GREEDY_T else np.array([1.0])
         probs = np.zeros(big_k)
         probs[ranks[:count]] = w / w.sum()
-        return Implied("ok", tuple(float(v) for v in probs), count)
+        return Implied("ok", tuple(float(v) for v in probs), count, unseen=unseen)
 
     if temperature < GREEDY_T:
         clear = (lp[0] - lp[1] >= tol) if big_k > 1 else (rest < math.exp(lp[0] - tol))
@@ -436,7 +437,8 @@ def implied(logprobs: Sequence[float], *, temperature: float, top_k: int = 0, to
     else:  # top_k - K unlisted tokens, plus any tied with the k-th value (each <= p_last, together <= rest)
         n_k, in_set = big_k, min(unlisted_count, (top_k - big_k) + rest / p_last)
     u_max = _unlisted_weight(rest, p_last, p_top, temperature, in_set)
-    u_max = 0.0 if u_max <= UNSEEN_EPS * w[:n_k].sum() else u_max
+    ignored = u_max / w[:n_k].sum() if 0 < u_max <= UNSEEN_EPS * w[:n_k].sum() else 0.0
+    u_max = 0.0 if ignored else u_max
     u_all = _unlisted_weight(rest, p_last, p_top, temperature, unlisted_count)
     n_m, min_p_closes = n_k, False
     if min_p > 0:
@@ -490,7 +492,7 @@ def implied(logprobs: Sequence[float], *, temperature: float, top_k: int = 0, to
     if "sglang" in ranges and ranges["sglang"][0] != first:
         return Implied("top_p_order", detail=f"top_p over the top-k set keeps {first} tokens, over the whole "
                                              f"distribution {ranges['sglang'][0]}")
-    return result(first)
+    return result(first, ignored)
 
 
 # -- expected TV ---------------------------------------------------------------------------------

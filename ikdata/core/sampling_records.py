@@ -1,0 +1,147 @@
+"""Turn one workload's draws into the record its report case keeps (``case["sampling"]``), torch-free.
+
+Two sources: full raw logits (:func:`record_logits`, what capture at the sampler gives)
+and a server's top-K log-probabilities with the draws of n seeded requests
+(:func:`record_top_logprobs`, what ``ikdata import`` of completions gives). Both give the
+same record, which :func:`ikdata.core.sampling_groups.decide` pools per definition:
+
+- ``positions``, ``judged``, ``greedy``, ``excluded`` (reason -> count);
+- ``outside`` and ``outside_examples``: draws outside the kept set (a failure at once);
+- ``pit``: n, the sums of L_1..L_4 of u and a 10-bin histogram, over draws whose kept set
+  is large (more than :data:`SMALL_KEPT` tokens);
+- ``moments``: temperature-error moments of (a sample of) those positions, for the power;
+- ``draws`` and ``distributions``: for positions with a small kept set, each draw as
+  (distribution key, slot, seed tag, u) and the kept distribution itself (descending,
+  tied values merged), so that draws of one distribution can be tested together by TV.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ikdata.core.digest import bytes_digest
+from ikdata.core.sampling import (ANY, LOGPROB_TOL, OK, REASONS, DEFAULT_TOL, Settings, implied, judge_logits)
+from ikdata.core.sampling_stats import legendre, temperature_moments
+
+SMALL_KEPT = 64  # kept sets up to this size are recorded whole (their draws may form a TV test)
+MOMENT_SAMPLE = 256  # positions per case whose temperature moments are computed
+EXAMPLES = 10
+
+
+def _distribution(sorted_values: np.ndarray, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """Kept probabilities (descending, ties merged into their first slot) and each value's slot."""
+    w = np.exp((sorted_values - sorted_values[0]) / temperature)
+    slots = np.searchsorted(-sorted_values, -sorted_values, side="left")  # first index of each tied value
+    probs = np.zeros(len(w))
+    np.add.at(probs, slots, w)
+    return probs / probs.sum(), slots
+
+
+def _key(probs: np.ndarray) -> str:
+    return bytes_digest(np.round(probs, 7).astype(np.float64).tobytes())[:16]
+
+
+def _pit_part(us: np.ndarray) -> dict[str, Any]:
+    return {"n": int(len(us)), "sums": [float(v) for v in legendre(us).sum(axis=0)] if len(us) else [0.0] * 4,
+            "histogram": [int(v) for v in np.histogram(us, 10, (0.0, 1.0))[0]]}
+
+
+def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, seeds: Sequence[int] | None = None, *,
+                  order: str = ANY, tol: float = DEFAULT_TOL, seed: int = 0) -> dict[str, Any]:
+    """The record of one sampler call: raw logits [B, V], settings, drawn ids [B], seeds [B] (-1: unknown).
+
+    Raises:
+        RecordError: a drawn id outside the vocabulary, or shapes that disagree.
+    """
+    logits = np.asarray(logits)
+    judged = judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed)
+    n = len(drawn)
+    ok = judged.status == OK
+    record: dict[str, Any] = {"kind": "logits", "order": order, "positions": n, "judged": int(ok.sum()),
+                              "greedy": int((ok & judged.greedy).sum()), "excluded": judged.reasons(),
+                              "outside": int(judged.outside.sum()), "outside_examples": [
+                                  {"position": int(i), "token": int(drawn[i]), "kept": int(judged.kept[i])}
+                                  for i in np.flatnonzero(judged.outside)[:EXAMPLES]]}
+    sampled = np.flatnonzero(ok & ~judged.greedy & ~judged.outside)
+    small = sampled[judged.kept[sampled] <= SMALL_KEPT]
+    large = sampled[judged.kept[sampled] > SMALL_KEPT]
+    record["pit"] = _pit_part(judged.u[large])
+    draws, distributions = [], {}
+    for i in small:
+        values = -np.sort(-logits[i].astype(np.float64))[:judged.kept[i]]
+        probs, slots = _distribution(values, float(settings.temperature[i]))
+        key = _key(probs)
+        distributions[key] = [float(v) for v in probs]
+        slot = int(np.searchsorted(-values, -float(logits[i, drawn[i]]), side="left"))
+        tag = f"{int(seeds[i])}:{i}" if seeds is not None and int(seeds[i]) >= 0 else None
+        draws.append([key, int(slots[min(slot, len(slots) - 1)]), tag, float(judged.u[i])])
+    record["draws"], record["distributions"] = draws, distributions
+    sample = large[np.linspace(0, len(large) - 1, min(len(large), MOMENT_SAMPLE)).astype(int)] if len(large) else large
+    if len(sample):
+        rows = []
+        for i in sample:
+            values = -np.sort(-logits[i].astype(np.float64))[:judged.kept[i]]
+            rows.append(_distribution(values, float(settings.temperature[i]))[0])
+        padded = np.zeros((len(rows), max(len(r) for r in rows)))
+        for j, r in enumerate(rows):
+            padded[j, :len(r)] = r
+        # moments summed over the sample, scaled to every large position
+        record["moments"] = {"n": int(len(large)),
+                             "sums": (temperature_moments(padded) * (len(large) / len(sample))).tolist()}
+    return record
+
+
+def record_top_logprobs(logprobs: Sequence[float], draws: Sequence[int], seeds: Sequence[int] | None = None, *,
+                        temperature: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                        vocab_size: int = 0, order: str = ANY, tol: float = LOGPROB_TOL,
+                        seed: int = 0) -> dict[str, Any]:
+    """The record of one prompt position: the listed raw log-probabilities, and the slot each request drew
+    (0..K-1: the listed token in the order given, K: a token not listed)."""
+    found = implied(logprobs, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                    vocab_size=vocab_size, order=order, tol=tol)
+    n = len(draws)
+    record: dict[str, Any] = {"kind": "top_logprobs", "order": order, "positions": n, "judged": 0, "greedy": 0,
+                              "excluded": {}, "outside": 0, "outside_examples": [], "pit": _pit_part(np.zeros(0)),
+                              "draws": [], "distributions": {}}
+    if found.status != "ok":
+        record["excluded"] = {found.status: n}
+        record["detail"] = found.detail
+        return record
+    big_k = len(logprobs)
+    probs = np.asarray(found.probs + (0.0,))  # the last slot: any unlisted token
+    ranked = np.argsort(-probs, kind="stable")
+    ordered = probs[ranked]
+    rank_of = np.empty(len(probs), np.int64)
+    rank_of[ranked] = np.arange(len(probs))
+    kept = ordered[ordered > 0]
+    key = _key(kept)
+    rng = np.random.default_rng(seed)
+    greedy = temperature < 1e-5
+    judged = 0
+    for i, slot in enumerate(draws):
+        slot = int(slot)
+        if probs[slot] <= 0:
+            if slot == big_k and found.unseen > 0:  # an unlisted token whose weight was ignored as negligible
+                record["excluded"]["beyond_top"] = record["excluded"].get("beyond_top", 0) + 1
+                continue
+            record["outside"] += 1
+            if len(record["outside_examples"]) < EXAMPLES:
+                record["outside_examples"].append({"position": i, "token": slot, "kept": found.kept})
+            continue
+        judged += 1
+        if greedy:
+            continue
+        r = rank_of[slot]
+        u = float(ordered[:r].sum() + rng.random() * ordered[r])
+        tag = f"{int(seeds[i])}:0" if seeds is not None and int(seeds[i]) >= 0 else None
+        record["draws"].append([key, int(r), tag, u])
+    record["judged"] = judged
+    record["greedy"] = judged if greedy else 0
+    if record["draws"]:
+        record["distributions"][key] = [float(v) for v in kept]
+    return record
+
+
+__all__ = ["EXAMPLES", "MOMENT_SAMPLE", "REASONS", "SMALL_KEPT", "record_logits", "record_top_logprobs"]
