@@ -120,7 +120,8 @@ def test_parse_definition_reports_check_problems(tmp_path):
     path = write_definition(tmp_path, record)
     definition, problems = parse_definition(path, origin=USER, display="d.json")
     assert definition is not None
-    assert [str(p) for p in problems] == ["d.json: reference must define a top-level function 'run'"]
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if '"reference"' in t)
+    assert [str(p) for p in problems] == [f"d.json:{line}: /reference reference must define a top-level function 'run'"]
 
 
 def test_require_record():

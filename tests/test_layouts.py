@@ -137,6 +137,7 @@ def write_flashinfer_dataset(root: Path) -> Path:
 
     record = gemm_definition_record(dtype="bfloat16")
     record["inputs"]["alpha"] = {"shape": None, "dtype": "float32"}
+    record["reference"] = "import torch\n\ndef run(A, W, alpha):\n    return alpha * torch.matmul(A, W.T)\n"
     definition = Definition(**record)
     save_json_file(definition, root / "definitions" / "gemm" / f"{GEMM_NAME}.json")
     trace_set = TraceSet.from_path(str(root))

@@ -8,8 +8,11 @@ whose digest the user passed explicitly.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+import io
 import os
+import tokenize
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,12 +21,48 @@ from typing import Any, Callable, Iterable, Mapping
 import orjson
 
 from ikdata.core.digest import record_digest
-from ikdata.core.errors import DefinitionError, RecordError, UntrustedReference
+from ikdata.core.errors import DefinitionError, RecordError
 from ikdata.core.problems import Problem
+from ikdata.core.trust import DATASET, SHIPPED, USER, require_trusted  # noqa: F401 (origins, re-exported)
 
-SHIPPED = "shipped"  # origin of definitions installed with ikdata
-USER = "user"        # origin of definitions from a folder the user named
-DATASET = "dataset"  # origin of definitions read from a dataset: untrusted
+# Bounds on parsing a reference (which validate does for untrusted definitions too): Python's
+# parser recurses per nesting level and runs out of stack or memory on a few thousand levels
+# (100,000 unary minus signs: MemoryError; 5,000 chained subscripts: RecursionError).
+MAX_REFERENCE_CHARS = 256 * 1024  # shipped references are under 2 KiB
+MAX_NESTING = 100                  # brackets open at once
+MAX_CHAIN = 1000                   # operators and brackets in one logical line
+
+# Finding codes that writing the definition again fixes (definition_bytes lists run's order).
+REORDERED_BY_WRITING = frozenset({"input-order", "output-order"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One inconsistency of a definition: what, where in the record (a JSON pointer), and its kind."""
+
+    message: str
+    pointer: str
+    code: str = "definition"
+
+
+@dataclass(frozen=True)
+class RunSignature:
+    """What the parsed source says about ``run``: its parameters and the names it returns.
+
+    Attributes:
+        required: parameters without a default, in order (positional ones first).
+        positional: every positional parameter, in order.
+        varargs: ``run`` takes ``*args`` or ``**kwargs``.
+        returns: the output names every ``return`` gives, in order, when each returns a
+            name or a tuple of names; None when the source does not say.
+        line: the line of ``def run`` in the reference.
+    """
+
+    required: tuple[str, ...]
+    positional: tuple[str, ...]
+    varargs: bool
+    returns: tuple[str, ...] | None
+    line: int
 
 
 @dataclass(frozen=True)
@@ -102,23 +141,53 @@ class Definition:
     def judge(self) -> Mapping[str, Any] | None:
         return self.record.get("judge")
 
+    @functools.cached_property
+    def call_problem(self) -> str | None:
+        """Why calling ``run`` positionally in the listed order would differ from calling it by name, or None.
+
+        Replay calls references positionally, as flashinfer-bench does, and refuses to
+        judge a definition for which the two conventions disagree.
+        """
+        tree, _ = parse_reference(self.reference)
+        signature = run_signature(tree) if tree is not None else None
+        if signature is None:
+            return None
+        found = [f.message for f in _signature_findings(self, signature)]
+        return "; ".join(found) or None
+
     def check(self) -> list[str]:
         """Every inconsistency of the definition itself, without executing anything."""
-        problems = []
-        for spec in [*self.inputs.values(), *self.outputs.values()]:
-            for symbol in spec.shape or ():
-                if symbol not in self.axes:
-                    problems.append(f"tensor {spec.name!r} uses axis {symbol!r}, which is not declared in 'axes'")
+        return [f.message for f in self.findings()]
+
+    def findings(self) -> list[Finding]:
+        """:meth:`check` with a JSON pointer and a stable code for each finding.
+
+        The reference is parsed (never run) within :data:`MAX_REFERENCE_CHARS` and
+        :data:`MAX_NESTING`; ``run``'s parameters must be the inputs in their listed order
+        (flashinfer-bench calls it positionally in that order, ikdata by name); a judge
+        must be one :mod:`ikdata.core.judge_registry` knows.
+        """
+        found: list[Finding] = []
+        for section, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
+            for spec in specs.values():
+                for index, symbol in enumerate(spec.shape or ()):
+                    if symbol not in self.axes:
+                        found.append(Finding(f"tensor {spec.name!r} uses axis {symbol!r}, which is not declared in "
+                                             "'axes'", f"/{section}/{_escape(spec.name)}/shape/{index}", "axis"))
         for name in sorted(set(self.inputs) & set(self.outputs)):
-            problems.append(f"{name!r} is both an input and an output; names must be disjoint")
-        try:
-            tree = ast.parse(self.reference)
-        except SyntaxError as exc:
-            problems.append(f"reference does not parse: line {exc.lineno}: {exc.msg}")
+            found.append(Finding(f"{name!r} is both an input and an output; names must be disjoint",
+                                 f"/outputs/{_escape(name)}", "disjoint"))
+        tree, reason = parse_reference(self.reference)
+        if tree is None:
+            found.append(Finding(reason, "/reference", "reference"))
         else:
-            if not any(isinstance(node, ast.FunctionDef) and node.name == "run" for node in tree.body):
-                problems.append("reference must define a top-level function 'run'")
-        return problems
+            signature = run_signature(tree)
+            if signature is None:
+                found.append(Finding("reference must define a top-level function 'run'", "/reference", "reference"))
+            else:
+                found += _signature_findings(self, signature)
+        found += _judge_findings(self.judge)
+        return found
 
     def bind(self, shapes: Mapping[str, tuple[int, ...] | None], dtypes: Mapping[str, str] | None = None,
              *, tensors: Iterable[str] | None = None, axes: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -183,13 +252,273 @@ class Definition:
         return tuple(values[s] for s in spec.shape)
 
 
+def _escape(token: Any) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def _reference_limits(source: str) -> str | None:
+    """Why a reference is too large or too deeply nested to parse safely (None: it is not).
+
+    Tokenizing is iterative, so this costs linear time and no recursion whatever the source.
+    """
+    if len(source) > MAX_REFERENCE_CHARS:
+        return (f"reference is {len(source):,} characters; the limit is {MAX_REFERENCE_CHARS:,} (a reference is "
+                "the Python source of one operator)")
+    depth = chain = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.NEWLINE:
+                chain = 0
+            elif token.type == tokenize.OP:
+                if token.string in "([{":
+                    depth += 1
+                    if depth > MAX_NESTING:
+                        return (f"reference line {token.start[0]}: brackets nested more than {MAX_NESTING} deep; "
+                                "ikdata does not parse a reference nested this deeply")
+                elif token.string in ")]}":
+                    depth = max(0, depth - 1)
+                if token.string not in (",", ":", ")", "]", "}", "=", ";"):
+                    chain += 1
+                    if chain > MAX_CHAIN:
+                        return (f"reference line {token.start[0]}: more than {MAX_CHAIN} operators in one "
+                                "statement; ikdata does not parse an expression nested this deeply")
+            elif token.type == tokenize.NAME and token.string in ("not", "and", "or", "lambda", "if", "await"):
+                chain += 1
+                if chain > MAX_CHAIN:
+                    return (f"reference line {token.start[0]}: more than {MAX_CHAIN} operators in one statement; "
+                            "ikdata does not parse an expression nested this deeply")
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return None  # ast.parse reports the syntax error with its line
+    return None
+
+
+def parse_reference(source: str) -> tuple[ast.Module | None, str | None]:
+    """Parse a reference without running it, within the size and nesting limits.
+
+    Returns:
+        (the module's AST, None), or (None, why it cannot be parsed): a syntax error with
+        its line, or a limit it exceeds. Never raises RecursionError or MemoryError.
+    """
+    reason = _reference_limits(source)
+    if reason:
+        return None, reason
+    try:
+        return ast.parse(source), None
+    except SyntaxError as exc:
+        return None, f"reference does not parse: line {exc.lineno}: {exc.msg}"
+    except (RecursionError, MemoryError, ValueError) as exc:
+        return None, (f"reference cannot be parsed within Python's limits ({type(exc).__name__}); "
+                      "simplify its expressions")
+
+
+def run_signature(tree: ast.Module) -> RunSignature | None:
+    """``run``'s parameters and returned names, read from the parsed source (None: no top-level ``run``)."""
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "run"),
+                None)
+    if node is None:
+        return None
+    args = node.args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    defaulted = len(args.defaults)
+    required = positional[:len(positional) - defaulted] if defaulted else positional
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    return RunSignature(tuple(required), tuple(positional), bool(args.vararg or args.kwarg), _returned_names(node),
+                        node.lineno)
+
+
+def _returned_names(node: ast.AST) -> tuple[str, ...] | None:
+    """The names every ``return`` of ``run`` gives (nested functions excluded), if they all agree."""
+    found: set[tuple[str, ...]] = set()
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(child, ast.Return):
+            value = child.value
+            if isinstance(value, ast.Name):
+                found.add((value.id,))
+            elif isinstance(value, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in value.elts):
+                found.add(tuple(e.id for e in value.elts))
+            else:
+                return None
+        stack.extend(ast.iter_child_nodes(child))
+    return found.pop() if len(found) == 1 else None
+
+
+def _takes_inputs(signature: RunSignature, inputs: list[str]) -> bool:
+    """``run``'s first positional parameters are the inputs (in some order) and it needs nothing else."""
+    return (not signature.varargs and set(signature.positional[:len(inputs)]) == set(inputs)
+            and set(signature.required) <= set(inputs))
+
+
+def _signature_findings(definition: Definition, signature: RunSignature) -> list[Finding]:
+    inputs = list(definition.inputs)
+    listed = ", ".join(inputs)
+    if not _takes_inputs(signature, inputs):
+        return [Finding(f"run's parameters ({', '.join(signature.positional)}) are not the inputs ({listed}); "
+                        f"expected 'def run({listed})', so that flashinfer-bench (which passes the inputs "
+                        "positionally) and ikdata (by name) call it alike", "/reference", "run-signature")]
+    found = []
+    order = list(signature.positional[:len(inputs)])
+    if order != inputs:
+        found.append(Finding(f"inputs are listed as ({listed}) but run takes ({', '.join(order)}): flashinfer-bench "
+                             "passes inputs positionally in the listed order and would compute something else. "
+                             "List them in run's order; for a dataset, run 'ikdata repair DATASET'",
+                             "/inputs", "input-order"))
+    outputs = list(definition.outputs)
+    returns = signature.returns
+    if returns is not None and len(outputs) > 1 and set(returns) == set(outputs) and list(returns) != outputs:
+        found.append(Finding(f"outputs are listed as ({', '.join(outputs)}) but run returns ({', '.join(returns)}): "
+                             "both tools name the returned values in the listed order. List them in run's order; "
+                             "for a dataset, run 'ikdata repair DATASET'", "/outputs", "output-order"))
+    return found
+
+
+def _judge_findings(judge: Mapping[str, Any] | None) -> list[Finding]:
+    if not judge:
+        return []
+    from ikdata.core import judge_registry
+    from ikdata.core.tolerances import JUDGE_BOUNDS
+
+    name = judge.get("name")
+    if name in JUDGE_BOUNDS or name == "sampling":  # sampling: the statistical judge (ikdata.replay.sampling)
+        return []
+    known = judge_registry.known_names()
+    if name in known:
+        return []
+    return [Finding(f"unknown judge {name!r}; known judges: {', '.join(known)}. A plugin judge must be shipped, "
+                    f"installed (entry point group {judge_registry.ENTRY_POINT_GROUP!r}) or named with "
+                    f"{judge_registry.ENV}=MODULE", "/judge/name", "unknown-judge")]
+
+
+def declared_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record with ``inputs`` in ``run``'s parameter order and ``outputs`` in its return order.
+
+    The declared order is what flashinfer-bench relies on (``gen_inputs`` then
+    ``ref(*inputs)``). A record whose reference does not say (no parsable ``run``, other
+    names, or returns that are not plain names) keeps the order it has.
+    """
+    record = dict(record)
+    tree, _ = parse_reference(record.get("reference") or "") if isinstance(record.get("reference"), str) else (None, None)
+    signature = run_signature(tree) if tree is not None else None
+    if signature is None:
+        return record
+    inputs, outputs = record.get("inputs"), record.get("outputs")
+    if isinstance(inputs, Mapping) and _takes_inputs(signature, list(inputs)):
+        record["inputs"] = {n: inputs[n] for n in signature.positional[:len(inputs)]}
+    if isinstance(outputs, Mapping) and signature.returns is not None and set(signature.returns) == set(outputs) \
+            and len(signature.returns) == len(outputs):
+        record["outputs"] = {n: outputs[n] for n in signature.returns}
+    return record
+
+
+def definition_bytes(record: Mapping[str, Any]) -> bytes:
+    """A definition file's bytes as ikdata writes it: declared order (:func:`declared_record`), indented.
+
+    Key order is meaningful here (flashinfer-bench reads inputs in file order); the
+    definition's digest is over its canonical, key-sorted form, so it does not depend on it.
+    """
+    return orjson.dumps(declared_record(record), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def is_declared_order(record: Mapping[str, Any]) -> bool:
+    """Whether a record already lists inputs and outputs in ``run``'s order."""
+    declared = declared_record(record)
+    return all(list(declared.get(k) or ()) == list(record.get(k) or ()) for k in ("inputs", "outputs"))
+
+
+def reorder_definitions(root: str | os.PathLike) -> tuple[str, ...]:
+    """Rewrite a dataset's definition files whose inputs or outputs are not in ``run``'s order.
+
+    What ``ikdata repair`` runs for datasets written before ikdata kept the declared order
+    (it wrote keys sorted: ``K, Q, V, scale`` for ``run(Q, K, V, scale)``). Only the order
+    changes: each rewritten record has the same canonical form, hence the same digest, and
+    trust given to it by digest still holds. Files that are not valid definitions, or that
+    are links, are left for ``validate`` to report. The caller holds the dataset lock and
+    refreshes the manifest.
+
+    Returns:
+        The rewritten files, relative to ``root``.
+    """
+    from ikdata.core import schema
+    from ikdata.core.store import write_atomic
+
+    root = Path(root)
+    folder = root / "definitions"
+    rewritten = []
+    for path in sorted(folder.rglob("*.json")) if folder.is_dir() and not folder.is_symlink() else []:
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            record = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if schema.check("definition", record, path=str(path)) or is_declared_order(record):
+            continue
+        data = definition_bytes(record)
+        if record_digest(orjson.loads(data)) != record_digest(record):  # only the order may change
+            continue
+        write_atomic(path, [data])
+        rewritten.append(path.relative_to(root).as_posix())
+    return tuple(rewritten)
+
+
+def pointer_lines(text: str) -> dict[str, int]:
+    """JSON pointer -> 1-based line where that value starts, for a valid JSON document.
+
+    Iterative (the document was parsed already, so its nesting is bounded by orjson's limit).
+    """
+    lines: dict[str, int] = {}
+    stack: list[list[Any]] = []  # [is_object, pointer, current key or index]
+    line, i, n = 1, 0, len(text)
+
+    def start_value() -> None:
+        lines.setdefault(f"{stack[-1][1]}/{_escape(stack[-1][2])}" if stack else "", line)
+
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            if stack and stack[-1][0] and stack[-1][2] is None:
+                stack[-1][2] = orjson.loads(text[i:j + 1])
+            else:
+                start_value()
+            i = j + 1
+            continue
+        elif ch in "{[":
+            start_value()
+            pointer = f"{stack[-1][1]}/{_escape(stack[-1][2])}" if stack else ""
+            stack.append([ch == "{", pointer, None if ch == "{" else 0])
+        elif ch in "}]":
+            if stack:
+                stack.pop()
+        elif ch == ",":
+            if stack:
+                stack[-1][2] = None if stack[-1][0] else stack[-1][2] + 1
+        elif ch not in " \t\r:":
+            start_value()
+            while i + 1 < n and text[i + 1] not in ",]} \t\r\n":
+                i += 1
+        i += 1
+    return lines
+
+
 def parse_definition(path: Path, *, origin: str, display: str | None = None) -> tuple[Definition | None, list[Problem]]:
-    """Read, schema-check and consistency-check one definition file."""
+    """Read, schema-check and consistency-check one definition file.
+
+    Each consistency problem names the file, the line and the JSON pointer.
+    """
     from ikdata.core import schema
 
     display = display or str(path)
     try:
-        record = orjson.loads(path.read_bytes())
+        data = path.read_bytes()
+        record = orjson.loads(data)
     except (orjson.JSONDecodeError, OSError) as exc:
         return None, [Problem(display, f"cannot read definition: {exc}; expected one JSON object",
                               code="malformed-json")]
@@ -197,14 +526,20 @@ def parse_definition(path: Path, *, origin: str, display: str | None = None) -> 
     if problems:
         return None, problems
     definition = Definition.from_dict(record, origin=origin, source=display)
-    return definition, [Problem(display, m, code="definition") for m in definition.check()]
+    findings = definition.findings()
+    if not findings:
+        return definition, []
+    lines = pointer_lines(data.decode("utf-8", "replace"))
+    return definition, [Problem(display, f.message, lines.get(f.pointer), f.pointer, f.code) for f in findings]
 
 
-def read_folder(folder: Path, *, origin: str, display_root: Path | None = None) -> tuple[dict[str, Definition], list[Problem]]:
-    """Every definition under a folder (recursively), with the problems met."""
+def read_folder(folder: Path, *, origin: str, display_root: Path | None = None,
+                paths: Iterable[Path] | None = None) -> tuple[dict[str, Definition], list[Problem]]:
+    """Every definition under a folder (recursively), with the problems met; ``paths``: only these files
+    (a dataset passes the ones the path rule lets it read)."""
     found: dict[str, Definition] = {}
     problems: list[Problem] = []
-    for path in sorted(folder.rglob("*.json")):
+    for path in sorted(folder.rglob("*.json")) if paths is None else paths:
         display = os.path.relpath(path, display_root) if display_root else str(path)
         definition, found_problems = parse_definition(path, origin=origin, display=display)
         problems += found_problems
@@ -227,19 +562,15 @@ def load_reference(definition: Definition, *, trusted_digests: Iterable[str] = (
                    trusted_definitions: Mapping[str, Definition] | None = None) -> Callable[..., Any]:
     """Compile a definition's reference and return its ``run``, if the definition is trusted.
 
-    Trusted means: shipped or from a user-named folder, or its digest is in
-    ``trusted_digests``, or it is identical to a trusted definition of the same name.
+    Trusted is decided by :func:`ikdata.core.trust.is_trusted`: shipped or from a user-named
+    folder, or its digest is in ``trusted_digests``, or it is identical to a trusted definition
+    of the same name.
 
     Raises:
         UntrustedReference: with the digest to pass and where the definition came from.
         DefinitionError: the reference does not define ``run``.
     """
-    trusted = definition.origin in (SHIPPED, USER) or definition.digest in set(trusted_digests)
-    if not trusted and trusted_definitions:
-        twin = trusted_definitions.get(definition.name)
-        trusted = twin is not None and twin.digest == definition.digest
-    if not trusted:
-        raise UntrustedReference(definition.name, definition.digest, definition.source or "a dataset")
+    require_trusted(definition, digests=trusted_digests, trusted=trusted_definitions)
     namespace: dict[str, Any] = {"__name__": f"ikdata_reference_{definition.name}"}
     try:
         exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)

@@ -50,6 +50,13 @@ JUDGE_REASONS: dict[str, str] = {
 }
 
 
+# The seed capture script's judge selection (seeds/002): a definition whose name starts with this
+# prefix has its float32 outputs (the chunk state) judged by the GDN chunk-state metrics, whatever
+# the definition says; every other output by the elementwise table. Applied to that layout only.
+SEED_GDN_PREFIX = "gated_delta_rule_prefill_"
+SEED_GDN_JUDGE = "gdn_chunk_state"
+
+
 def dtype_name(dtype: Any) -> str:
     """``"bfloat16"`` for ``torch.bfloat16``, ``"torch.bfloat16"`` or ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
@@ -123,9 +130,22 @@ def judge_for(dtype: str, output: str, judge: Mapping[str, Any] | None) -> Judge
     if outputs is not None and output not in outputs:
         return None
     name = judge["name"]
-    bounds = {**JUDGE_BOUNDS.get(name, {}), **{k: float(v) for k, v in (judge.get("bounds") or {}).items()}}
+    if name in JUDGE_BOUNDS:
+        defaults = JUDGE_BOUNDS[name]
+    else:
+        from ikdata.core.judge_registry import default_bounds  # a plugin's defaults (loads it if installed)
+
+        defaults = default_bounds(name)
+    bounds = {**defaults, **{k: float(v) for k, v in (judge.get("bounds") or {}).items()}}
     return JudgeSpec(dtype_name(dtype), name, bounds)
 
 
-__all__ = ["DEFAULT_TOLERANCES", "EXACT", "EXACT_DTYPES", "JUDGE_BOUNDS", "JudgeSpec", "Tolerance",
-           "dtype_name", "is_exact", "judge_for", "table", "tolerance_for"]
+def seed_judge_for(definition_name: str, dtype: str) -> JudgeSpec | None:
+    """The judge the seed capture script chose by name (see :data:`SEED_GDN_PREFIX`), or None."""
+    if definition_name.startswith(SEED_GDN_PREFIX) and dtype_name(dtype) == "float32":
+        return JudgeSpec("float32", SEED_GDN_JUDGE, dict(JUDGE_BOUNDS[SEED_GDN_JUDGE]))
+    return None
+
+
+__all__ = ["DEFAULT_TOLERANCES", "EXACT", "EXACT_DTYPES", "JUDGE_BOUNDS", "JudgeSpec", "SEED_GDN_JUDGE", "SEED_GDN_PREFIX",
+           "Tolerance", "dtype_name", "is_exact", "judge_for", "seed_judge_for", "table", "tolerance_for"]

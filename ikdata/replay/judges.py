@@ -4,7 +4,12 @@ Shape and dtype must match exactly. Floats pass elementwise when
 ``|a - e| <= atol + rtol * |e|`` (torch's allclose rule) for at least
 ``matched_ratio`` of the elements; inf must meet inf of the same sign; NaN fails
 unless the expected value is NaN at the same place. Integers and bools must be
-equal. A definition may name a metric judge instead (:data:`METRIC_JUDGES`).
+equal. A definition may name a metric judge instead: a shipped one (:data:`METRIC_JUDGES`)
+or a plugin from :mod:`ikdata.core.judge_registry` (an installed entry point or a module
+the user named). :func:`select_rule` says which rule judges an output and why; when
+replaying the seed capture script's layout it applies that script's rule first (a
+``gated_delta_rule_prefill_*`` definition's float32 outputs are judged by the GDN
+chunk-state judge), so ikdata reaches the verdict that script reached.
 
 Every output records the same metrics, whatever judged it:
 
@@ -22,11 +27,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from ikdata.core import judge_registry, tolerances
+from ikdata.core.errors import DefinitionError
 from ikdata.core.tolerances import DEFAULT_TOLERANCES, JudgeSpec, Tolerance, dtype_name, is_exact
+
+if TYPE_CHECKING:
+    from ikdata.core.definitions import Definition
 
 _TINY = 1e-12  # floor of a norm in a relative metric, as the seed's GDN judge used
 
@@ -169,6 +179,63 @@ METRIC_JUDGES: dict[str, Callable[[_Comparison], dict[str, float]]] = {
 }
 
 
+# -- choosing the rule ------------------------------------------------------------------------------
+
+DEFINITION_JUDGE = "definition judge"
+DEFINITION_TOLERANCE = "definition tolerance"
+DEFAULT_TOLERANCE = "default tolerance"
+SEED_RULE = (f"seed-002 rule: the definition's name starts with {tolerances.SEED_GDN_PREFIX!r} and the "
+             "output is float32")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rule that judges one output and which rule chose it (a case records it under ``chosen_by``)."""
+
+    rule: Tolerance | JudgeSpec
+    chosen_by: str
+
+
+def select_rule(definition: Definition, output: str, *, layout: str | None = None) -> Selection:
+    """The tolerance or judge for one output of a definition, and why.
+
+    Order: the seed script's name rule when ``layout`` is ``"seed"``; then the judge the
+    definition names; then its tolerance override; then the default table.
+
+    Raises:
+        DefinitionError: the definition names a judge nobody registered, or a float dtype has no tolerance.
+    """
+    dtype = definition.outputs[output].dtype
+    if layout == "seed":
+        seed = tolerances.seed_judge_for(definition.name, dtype)
+        if seed is not None:
+            return Selection(seed, SEED_RULE)
+    judge = tolerances.judge_for(dtype, output, definition.judge)
+    if judge is not None:
+        if judge.name not in METRIC_JUDGES and judge_registry.get(judge.name) is None:
+            raise DefinitionError(f"judge {judge.name!r} is unknown; known judges: {judge_registry.known_names()}",
+                                  definition=definition.name)
+        return Selection(judge, DEFINITION_JUDGE)
+    rule = tolerances.tolerance_for(dtype, definition.tolerance)
+    if rule is None:
+        raise DefinitionError(f"output {output!r} has dtype {dtype}, which has no default tolerance; set "
+                              f"\"tolerance\": {{\"{dtype}\": {{\"rtol\": ..., \"atol\": ...}}}} in the definition",
+                              definition=definition.name)
+    overridden = dtype in (definition.tolerance or {}) or "matched_ratio" in (definition.tolerance or {})
+    return Selection(rule, DEFINITION_TOLERANCE if overridden and not is_exact(dtype) else DEFAULT_TOLERANCE)
+
+
+def _metric_judge(rule: JudgeSpec) -> Callable[[_Comparison], dict[str, float]]:
+    """The metrics function of a judge: shipped, or a registered plugin's (given float64 tensors)."""
+    shipped = METRIC_JUDGES.get(rule.name)
+    if shipped is not None:
+        return shipped
+    plugin = judge_registry.get(rule.name)
+    if plugin is None or plugin.metrics is None:
+        raise LookupError(f"unknown judge {rule.name!r}; known judges: {', '.join(judge_registry.known_names())}")
+    return lambda c: {k: float(v) for k, v in plugin.metrics(c.a, c.e).items()}
+
+
 # -- the entry point -------------------------------------------------------------------------------
 
 def judge_output(name: str, actual: Any, expected: torch.Tensor, rule: Tolerance | JudgeSpec) -> Verdict:
@@ -204,27 +271,24 @@ def judge_output(name: str, actual: Any, expected: torch.Tensor, rule: Tolerance
         a, e = actual.double(), expected.double()
         if exact or bool(a.isfinite().all() & e.isfinite().all()):
             metrics, mismatched = _finite_metrics(a, e, actual, expected, rule, exact)
-            return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched)
+            return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched, record)
     comparison = _compare(actual, expected)
     if isinstance(rule, JudgeSpec):
         default = DEFAULT_TOLERANCES.get(rule.dtype)
         elementwise = Tolerance(rule.dtype, default["rtol"], default["atol"]) if default else Tolerance(rule.dtype, 0, 0)
         metrics, _ = _base_metrics(comparison, elementwise, exact, actual, expected)
-        judge = METRIC_JUDGES.get(rule.name)
-        if judge is None:
-            raise LookupError(f"unknown judge {rule.name!r}; known judges: {sorted(METRIC_JUDGES)}")
-        found = judge(comparison)
+        found = _metric_judge(rule)(comparison)
         metrics.update(found)
         over = [f"{m} = {found.get(m, math.nan):.6g} > {b:g}" for m, b in sorted(rule.bounds.items())
                 if not found.get(m, math.nan) <= b]
         reason = f"output {name!r}: judge {rule.name!r}: " + ", ".join(over) if over else None
         return Verdict(not over, {k: json_float(v) for k, v in metrics.items()}, record, reason)
     metrics, mismatched = _base_metrics(comparison, rule, exact, actual, expected)
-    return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched)
+    return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched, record)
 
 
 def _elementwise_verdict(name: str, rule: Tolerance, exact: bool, numel: int, metrics: dict[str, float],
-                         mismatched: int) -> Verdict:
+                         mismatched: int, record: dict[str, Any]) -> Verdict:
     allowed = int(math.floor((1 - rule.matched_ratio) * numel + 1e-9))
     passed = mismatched <= allowed
     reason = None
@@ -235,7 +299,8 @@ def _elementwise_verdict(name: str, rule: Tolerance, exact: bool, numel: int, me
                   f"max abs error {metrics['max_abs_error']:.6g}")
         if rule.matched_ratio < 1:
             reason += f"; at most {allowed} may (matched_ratio {rule.matched_ratio:g})"
-    return Verdict(passed, {k: json_float(v) for k, v in metrics.items()}, rule.to_dict(), reason)
+    return Verdict(passed, {k: json_float(v) for k, v in metrics.items()}, record, reason)
 
 
-__all__ = ["METRIC_JUDGES", "Verdict", "json_float", "judge_output"]
+__all__ = ["DEFAULT_TOLERANCE", "DEFINITION_JUDGE", "DEFINITION_TOLERANCE", "METRIC_JUDGES", "SEED_RULE", "Selection",
+           "Verdict", "json_float", "judge_output", "select_rule"]

@@ -21,6 +21,7 @@ from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.store import write_atomic
 
 FORMAT = "ikdata-replay/1"
+SEED_BESIDE = "results/ikdata-replay.json"  # ikdata's report in the seed layout, beside the seed's results/replay.json
 TIMING_FIELDS = ("started_at", "finished_at")  # what differs between two identical runs (with cases' "seconds")
 _MUST_AGREE = ("format", "torch", "ikdata_version", "device", "comparison", "tolerances")
 
@@ -37,6 +38,39 @@ def header(*, device: str, device_name: str | None, torch_version: str, toleranc
     return {"format": FORMAT, "torch": torch_version, "ikdata_version": __version__, "device": device,
             "device_name": device_name, "comparison": "all output elements", "tolerances": dict(tolerances),
             "shard": shard, "started_at": time.time(), "finished_at": None, "refused": [], "cases": []}
+
+
+def default_path(ds: Any, shard: str | None = None) -> Path:
+    """Where a replay of ``ds`` writes its report unless told otherwise.
+
+    ``reports/replay.json`` in ikdata's layout. In the seed capture script's layout the
+    ``results/replay.json`` there is that script's verdict: ikdata writes
+    ``results/ikdata-replay.json`` beside it and leaves it as it is. A shard (``"I-of-N"``)
+    writes ``replay-shard-I-of-N.json`` in the same folder.
+    """
+    path = ds.root / SEED_BESIDE if ds.layout == "seed" else Path(ds.report_path)
+    return path if shard is None else path.with_name(f"replay-shard-{shard}.json")
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Raise UsageError when ``path`` holds a file ikdata did not write (ikdata never replaces one)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the report there ({exc.strerror or exc})") from exc
+    if b'"format"' in head and FORMAT.encode() in head:
+        return
+    try:
+        found = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        found = None
+    if isinstance(found, dict) and found.get("format") == FORMAT:
+        return
+    raise UsageError(f"{path} was not written by ikdata (no \"format\": \"{FORMAT}\"); ikdata never replaces a "
+                     "file it did not write. Pass --report with another path, or move that file away")
 
 
 def check_case(case: Any, *, path: str = "<case>") -> None:
@@ -126,6 +160,7 @@ class ReportFile:
     @classmethod
     def start(cls, path: str | os.PathLike, fresh: dict[str, Any]) -> ReportFile:
         """Begin a new report at ``path``, replacing any report and journal there."""
+        _refuse_foreign(Path(path))
         out = cls(path, fresh)
         out.journal.unlink(missing_ok=True)
         out.write()
@@ -142,6 +177,7 @@ class ReportFile:
         path = Path(path)
         if not path.exists():
             return cls.start(path, fresh)
+        _refuse_foreign(path)
         old = load_partial(path)
         for key in (*_MUST_AGREE, "shard"):
             if old.get(key) != fresh.get(key):
@@ -247,12 +283,13 @@ def combine(reports: Iterable[Mapping[str, Any]], *, names: Iterable[str] | None
 
 
 def write(path: str | os.PathLike, report: Mapping[str, Any]) -> None:
-    """Schema-check a whole report and write it atomically."""
+    """Schema-check a whole report and write it atomically (never over a file ikdata did not write)."""
+    _refuse_foreign(Path(path))
     problems = schema.check("report", dict(report), path=str(path))
     if problems:
         raise RecordError("; ".join(str(p) for p in problems), path=str(path))
     write_atomic(Path(path), [orjson.dumps(dict(report), option=orjson.OPT_INDENT_2), b"\n"])
 
 
-__all__ = ["FORMAT", "ReportFile", "TIMING_FIELDS", "case_order", "check_case", "combine", "header", "journal_path",
-           "load", "load_partial", "write"]
+__all__ = ["FORMAT", "ReportFile", "SEED_BESIDE", "TIMING_FIELDS", "case_order", "check_case", "combine",
+           "default_path", "header", "journal_path", "load", "load_partial", "write"]

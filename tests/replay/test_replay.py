@@ -331,7 +331,7 @@ class TestSeedLayout:
         root, definitions = seed_dataset
         result = cli("replay", root, "--definitions", definitions, "--json")
         assert result.exit_code == 0, result.output
-        report = json.loads((root / "results" / "replay.json").read_text())
+        report = json.loads((root / "results" / "ikdata-replay.json").read_text())  # beside the seed's own report
         assert [c["status"] for c in report["cases"]] == ["passed"] * 3
         assert report["cases"][0]["tolerance"]["C"]["dtype"] == "bfloat16"
 
