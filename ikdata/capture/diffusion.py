@@ -1,0 +1,224 @@
+"""Diffusers hooks: every pipeline call becomes a trajectory, with no change to the program.
+
+:func:`install` (run by :func:`ikdata.capture.boot.install`, once torch is imported) patches, at class
+level, ``__call__`` of every Diffusers pipeline class (subclasses of ``DiffusionPipeline`` or
+``ModularPipeline`` that define it) and ``step`` of every scheduler class (subclasses of
+``SchedulerMixin`` that define it): in the Diffusers modules already imported, and in every one
+imported later (a meta-path finder patches each module as it finishes loading, the way capture
+waits for torch). Class-level patches tell LTX-2's audio scheduler (a deep copy of the video one)
+from the video scheduler by identity, which an instance attribute could not: the copy would carry
+it along, still bound to the video scheduler.
+
+A patched function costs one lookup when no capture is active. While a pipeline call runs, a
+:class:`~ikdata.capture.trajectory.TrajectoryRecorder` is active in that thread: scheduler steps
+report to it, and ``torch.randn`` draws with a CPU generator are noted (the noise check).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import sys
+import threading
+from typing import Any, Callable
+
+_LOCAL = threading.local()
+_PATCHED: set[type] = set()
+_PENDING: set[str] = set()
+_WATCHER: Any = None
+_CAPTURER: Any = None
+_RANDN_ORIGINAL: Any = None
+_LOCK = threading.RLock()
+
+PIPELINE_BASES = ("DiffusionPipeline", "ModularPipeline")
+SCHEDULER_BASES = ("SchedulerMixin",)
+
+
+def install(capturer: Any) -> None:
+    """Route Diffusers pipeline calls and scheduler steps of this process to ``capturer``. Idempotent."""
+    global _CAPTURER
+    with _LOCK:
+        _CAPTURER = capturer
+        _patch_randn()
+        patch_loaded()
+        _watch()
+    hooks = getattr(capturer, "on_shutdown", None)
+    if isinstance(hooks, list) and abort_open not in hooks:
+        hooks.append(abort_open)
+
+
+def uninstall() -> None:
+    """Stop routing to the capturer (tests). Class patches stay and pass straight through."""
+    global _CAPTURER
+    with _LOCK:
+        _CAPTURER = None
+
+
+def active() -> Any:
+    """The recorder of the pipeline call running in this thread, or None."""
+    stack = _LOCAL.__dict__.get("stack")
+    return stack[-1] if stack else None
+
+
+def abort_open() -> None:
+    """Write every trajectory still open in this process as incomplete (the process is ending)."""
+    from ikdata.capture.trajectory import open_recorders
+
+    for recorder in open_recorders():
+        try:
+            recorder.finish(error="the process ended during the pipeline call")
+        except Exception as exc:  # noqa: BLE001  ending the process must go on
+            sys.stderr.write(f"ikdata capture: writing an open trajectory failed: {exc}\n")
+
+
+# -- patching -------------------------------------------------------------------------------------
+
+
+def patch_loaded() -> None:
+    """Patch the classes of every Diffusers module loaded so far (modules still loading: when they finish)."""
+    for name, module in list(sys.modules.items()):
+        if name == "diffusers" or name.startswith("diffusers."):
+            _patch_or_defer(name, module)
+
+
+def _patch_or_defer(name: str, module: Any) -> None:
+    spec = getattr(module, "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        _PENDING.add(name)
+        return
+    _PENDING.discard(name)
+    patch_module(module)
+
+
+def patch_module(module: Any) -> int:
+    """Patch the pipeline and scheduler classes a module defines; return how many were patched."""
+    count = 0
+    for value in list(vars(module).values()):
+        if not isinstance(value, type) or value.__module__ != module.__name__ or value in _PATCHED:
+            continue
+        bases = {c.__name__ for c in value.__mro__[1:]}
+        if bases & set(SCHEDULER_BASES) and callable(value.__dict__.get("step")):
+            _wrap(value, "step", _step_wrapper)
+            count += 1
+        elif bases & set(PIPELINE_BASES) and callable(value.__dict__.get("__call__")):
+            _wrap(value, "__call__", _call_wrapper)
+            count += 1
+    return count
+
+
+def _wrap(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
+    original = cls.__dict__[name]
+    if getattr(original, "__ikdata_original__", None) is not None:
+        return
+    wrapper = make(original)
+    wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
+    setattr(cls, name, wrapper)
+    _PATCHED.add(cls)
+
+
+def _call_wrapper(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        capturer = _CAPTURER
+        if capturer is None or not capturer.enabled or active() is not None:
+            return original(self, *args, **kwargs)
+        from ikdata.capture.trajectory import TrajectoryRecorder
+
+        recorder = TrajectoryRecorder.start(capturer, self, original, args, kwargs)
+        if recorder is None:
+            return original(self, *args, **kwargs)
+        stack = _LOCAL.__dict__.setdefault("stack", [])
+        stack.append(recorder)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as exc:
+            stack.pop()
+            recorder.finish(error=f"the program raised {type(exc).__name__}: {exc}")
+            raise
+        stack.pop()
+        recorder.finish(result=result)
+        return result
+
+    return __call__
+
+
+def _step_wrapper(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder = active()
+        if recorder is None or recorder.in_step:
+            return original(self, *args, **kwargs)
+        return recorder.on_step(original, self, args, kwargs)
+
+    return step
+
+
+def _patch_randn() -> None:
+    """Note ``torch.randn`` draws made with a generator while a pipeline call is recorded."""
+    global _RANDN_ORIGINAL
+    import torch
+
+    if _RANDN_ORIGINAL is not None or getattr(torch.randn, "__ikdata_original__", None) is not None:
+        return
+    original = _RANDN_ORIGINAL = torch.randn
+
+    @functools.wraps(original)
+    def randn(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        if kwargs.get("generator") is not None:
+            recorder = active()
+            if recorder is not None:
+                recorder.on_draw(kwargs["generator"], out)
+        return out
+
+    randn.__ikdata_original__ = original  # type: ignore[attr-defined]
+    torch.randn = randn
+
+
+class _DiffusersWatcher(importlib.abc.MetaPathFinder):
+    """Patches each Diffusers module right after it finishes loading."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "diffusers" and not fullname.startswith("diffusers."):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        try:
+            with _LOCK:
+                patch_module(module)
+                for name in list(_PENDING):
+                    if name in sys.modules:
+                        _patch_or_defer(name, sys.modules[name])
+        except Exception as exc:  # noqa: BLE001  a hook that fails must not break the program's import
+            sys.stderr.write(f"ikdata capture: cannot hook {module.__name__}: {exc}\n")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+def _watch() -> None:
+    global _WATCHER
+    if _WATCHER is None:
+        _WATCHER = _DiffusersWatcher()
+        sys.meta_path.insert(0, _WATCHER)
+
+
+__all__ = ["install", "uninstall", "active", "abort_open", "patch_loaded", "patch_module"]

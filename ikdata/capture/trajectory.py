@@ -1,0 +1,375 @@
+"""The recorder of one pipeline call: its steps, its noise, its request, written as one trajectory.
+
+The engine thread only copies tensors to host memory (``x``, the denoiser's ``out``, ``x_next``; an
+``x`` that is the previous step's ``x_next`` is not copied again) and hands them to background
+threads that hash and store them (:mod:`ikdata.capture.trajectory_writer`). When the call returns
+(or raises, or the process ends), the recorder waits for its blobs, then writes the workload rows
+of each step, the model record and, last, the trajectory line: a trajectory never names a blob
+that is not on disk, and a killed process leaves blobs only (``ikdata gc`` reclaims them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ikdata.capture import selection
+from ikdata.capture.trajectory_writer import Blob, BlobQueue, write_trajectory
+from ikdata.core import noise as noise_mod
+
+_OPEN: "weakref.WeakSet[TrajectoryRecorder]" = weakref.WeakSet()
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def open_recorders() -> list["TrajectoryRecorder"]:
+    """Recorders of calls still running in this process."""
+    return [r for r in list(_OPEN) if not r.finished]
+
+
+@dataclass
+class StepCapture:
+    """One captured step of one stream: host copies (as Blobs) and the schedule's values."""
+
+    index: int
+    stream: str
+    timestep: float | None
+    sigma: float | None
+    sigma_next: float | None
+    x: Blob
+    out: Blob
+    x_next: Blob
+    scheduler_step: str | None = None  # the definition name, or None with a reason in skipped
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DenoiserCall:
+    """One forward of the denoiser during a captured step: its inputs and outputs as Blobs or scalars."""
+
+    step: int
+    call: int
+    definition: Any
+    axes: dict[str, int]
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+
+
+class TrajectoryRecorder:
+    """Everything one pipeline call does that a trajectory records. Created by :meth:`start`."""
+
+    def __init__(self, capturer: Any, pipe: Any, original: Callable, args: tuple, kwargs: dict) -> None:
+        self.capturer = capturer
+        self.config = capturer.config
+        self.pipe = pipe
+        self.finished = False
+        self.in_step = False
+        self.stopped: str | None = None
+        self.lock = threading.Lock()
+        self.queue = BlobQueue.for_root(self.config.into, queue_bytes=self.config.queue_bytes)
+        self.bound = _bind(original, pipe, args, kwargs)
+        self.main_name = "video" if "num_frames" in self.bound or "frame_rate" in self.bound else "image"
+        self.streams: dict[int, str] = {}  # id(scheduler) -> stream name, in order of first step
+        self.schedulers: dict[str, Any] = {}
+        self.counts: dict[str, int] = {}
+        self.steps: list[StepCapture] = []
+        self.last_next: dict[str, tuple[Any, int, Blob]] = {}
+        self.draws: list[tuple[Any, Any]] = []
+        self.noise_check: dict[str, bool] = {}
+        self.noise_reason: str | None = None
+        self.denoiser_calls: list[DenoiserCall] = []
+        self.denoiser_skipped: str | None = None  # why no step has denoiser workloads
+        self.denoiser_skips: dict[int, list[str]] = {}  # step -> calls not recorded, and why
+        self.conditioning: dict[tuple[int, int], Blob] = {}
+        self.hook_handle: Any = None
+        self.request_id = _request_id(capturer)
+        self._install_denoiser_hook()
+        _OPEN.add(self)
+
+    @classmethod
+    def start(cls, capturer: Any, pipe: Any, original: Callable, args: tuple, kwargs: dict) -> "TrajectoryRecorder | None":
+        """A recorder for this call, or None when the current request is not being captured."""
+        if capturer.tracker.current_request() is None:
+            return None
+        return cls(capturer, pipe, original, args, kwargs)
+
+    # -- engine-thread events -----------------------------------------------------------------------
+
+    def on_draw(self, generator: Any, tensor: Any) -> None:
+        """A ``torch.randn(..., generator=g)`` during the call, before the first step: candidate noise."""
+        if not self.steps and not self.counts and len(self.draws) < 8:
+            self.draws.append((generator, tensor.detach().clone()))
+
+    def on_step(self, original: Callable, sched: Any, args: tuple, kwargs: dict) -> Any:
+        stream = self._stream_of(sched)
+        index = self.counts.get(stream, 0)
+        self.counts[stream] = index + 1
+        model_output, timestep, sample = _step_args(args, kwargs)
+        if index == 0:
+            self._check_noise(stream, sample)
+        if not self._selected(stream, index):
+            return original(sched, *args, **kwargs)
+        x = self._host_x(stream, sample)
+        out = self.queue.copy(model_output)
+        self.in_step = True
+        try:
+            result = original(sched, *args, **kwargs)
+        finally:
+            self.in_step = False
+        x_next_tensor = result[0] if isinstance(result, tuple) else result.prev_sample
+        x_next = self.queue.copy(x_next_tensor)
+        self.last_next[stream] = (x_next_tensor, x_next_tensor._version, x_next)
+        sigma, sigma_next = _sigmas(sched)
+        capture = StepCapture(index, stream, _number(timestep), sigma, sigma_next, x, out, x_next)
+        capture.scheduler_step = _scheduler_step_definition(sched, kwargs, sample, model_output, x_next_tensor,
+                                                            sigma, capture.skipped)
+        nbytes = out.nbytes + x_next.nbytes + (x.nbytes if x.fresh else 0)
+        refusal = self.capturer.ledger.reserve("trajectory", ("trajectory", id(self), stream, index), nbytes)
+        if refusal == selection.BYTES_FULL:
+            self.stopped = f"--max-bytes reached at step {index} of stream {stream!r}"
+            self.capturer.refused[refusal] = self.capturer.refused.get(refusal, 0) + 1
+            return result
+        with self.lock:
+            self.steps.append(capture)
+        return result
+
+    # -- finishing ----------------------------------------------------------------------------------
+
+    def finish(self, *, result: Any = None, error: str | None = None) -> str | None:
+        """Write the trajectory (complete, or incomplete with ``error``); return its id, or None if nothing
+        was captured (the reason is logged as a capture failure)."""
+        with self.lock:
+            if self.finished:
+                return None
+            self.finished = True
+        if self.hook_handle is not None:
+            self.hook_handle.remove()
+        try:
+            if not self.steps:
+                self._nothing_captured(error)
+                return None
+            return write_trajectory(self, result=result, error=error or self.stopped)
+        except Exception as exc:  # noqa: BLE001  a failing capture must not break the program
+            if self.config.strict:
+                raise
+            self.capturer.failures.append({"definition": "trajectory", "message": f"{type(exc).__name__}: {exc}"})
+            return None
+
+    def _nothing_captured(self, error: str | None) -> None:
+        scheduler = getattr(self.pipe, "scheduler", None)
+        name = type(self.pipe).__name__
+        if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+            why = (f"{name}: its scheduler {type(scheduler).__name__} has no step(); no trajectory captured "
+                   "(ikdata records the steps a scheduler's step() takes)")
+        elif self.counts:
+            why = f"{name}: no step was selected (--steps/--streams); no trajectory written"
+        else:
+            why = f"{name}: the call made no scheduler step(); no trajectory captured"
+        if error:
+            why += f" ({error})"
+        self.capturer.failures.append({"definition": "trajectory", "message": why})
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _stream_of(self, sched: Any) -> str:
+        key = id(sched)
+        name = self.streams.get(key)
+        if name is None:
+            if sched is getattr(self.pipe, "scheduler", None) or not self.streams:
+                name = self.main_name if self.main_name not in self.streams.values() else f"stream{len(self.streams)}"
+            elif "audio" not in self.streams.values() and (getattr(self.pipe, "audio_vae", None) is not None
+                                                         or getattr(self.pipe, "vocoder", None) is not None):
+                name = "audio"
+            else:
+                name = f"stream{len(self.streams)}"
+            self.streams[key] = name
+            self.schedulers[name] = sched
+        return name
+
+    def _selected(self, stream: str, index: int) -> bool:
+        if self.stopped:
+            return False
+        if self.config.streams and stream not in self.config.streams:
+            return False
+        req = self.capturer.tracker.current_request()
+        steps = req.steps if req is not None and req.steps is not None else self.config.steps
+        return steps is None or index in steps
+
+    def _host_x(self, stream: str, sample: Any) -> Blob:
+        last = self.last_next.get(stream)
+        if last is not None and last[0] is sample and sample._version == last[1]:
+            return last[2]
+        return self.queue.copy(sample)
+
+    def _check_noise(self, stream: str, sample: Any) -> None:
+        """Whether this stream's first latents are the recipe's noise for the generator's seed."""
+        order = len(self.noise_check)
+        if order >= len(self.draws):
+            self.noise_check[stream] = False
+            self.noise_reason = self.noise_reason or (
+                f"no noise drawn from a generator for stream {stream!r} (latents passed in, or drawn another way)")
+            return
+        generator, drawn = self.draws[order]
+        import torch
+
+        same = False
+        if isinstance(generator, torch.Generator) and generator.device.type == "cpu" and drawn.dtype == torch.float32:
+            recipe = noise_mod.draw(generator.initial_seed(), [noise_mod.Stream(f"s{k}", tuple(d.shape))
+                                                              for k, (_, d) in enumerate(self.draws[:order + 1])])
+            same = torch.equal(recipe[f"s{order}"], drawn) and _matches_packed(self.pipe, stream, sample, drawn)
+        elif not self.noise_reason:
+            self.noise_reason = "the noise was not drawn as float32 from a CPU torch.Generator"
+        if not same and not self.noise_reason:
+            self.noise_reason = (f"stream {stream!r}: the first latents are not the recipe's noise for the seed "
+                                 "(another generator state, order or layout)")
+        self.noise_check[stream] = bool(same)
+
+    def _install_denoiser_hook(self) -> None:
+        from ikdata.capture import denoisers
+
+        module = denoisers.denoiser_of(self.pipe)
+        if module is None or not hasattr(module, "register_forward_hook"):
+            self.denoiser_skipped = "the pipeline has no transformer or unet"
+            return
+        if denoisers.definition_for(module, None) is None and not denoisers.known(module):
+            self.denoiser_skipped = f"no shipped denoiser definition for {type(module).__name__}"
+            return
+        self.hook_handle = module.register_forward_hook(self._on_forward, with_kwargs=True)
+
+    def _on_forward(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        from ikdata.capture import denoisers
+
+        main = self.main_name
+        index = self.counts.get(main, 0)
+        if self.in_step or not self._selected(main, index):
+            return
+        try:
+            mapped = denoisers.map_call(module, args, kwargs, output)
+            if mapped is None:
+                self.denoiser_skips.setdefault(index, []).append(
+                    f"a {type(module).__name__} call ikdata does not map (e.g. with spatio-temporal guidance)")
+                return
+            definition, inputs, outputs = mapped
+            axes = self.queue.writer.check(definition, inputs, outputs)
+        except Exception as exc:  # noqa: BLE001  recorded on the trajectory, capture goes on
+            self.denoiser_skips.setdefault(index, []).append(f"{type(exc).__name__}: {exc}")
+            return
+        calls = sum(1 for c in self.denoiser_calls if c.step == index)
+        self.denoiser_calls.append(DenoiserCall(
+            index, calls, definition, axes, {n: self._host_conditioning(v) for n, v in inputs.items()},
+            {n: self.queue.copy(v) if _is_tensor(v) else v for n, v in outputs.items()}))
+
+    def _host_conditioning(self, value: Any) -> Any:
+        """A denoiser input as a Blob; the same unchanged tensor (text embeddings, masks) is copied once."""
+        if not _is_tensor(value):
+            return value
+        key = (id(value), value._version)
+        blob = self.conditioning.get(key)
+        if blob is None:
+            blob = self.conditioning[key] = self.queue.copy(value)
+            blob.keep = value  # keeps the id from being reused while the call runs
+        return blob
+
+
+def _bind(original: Callable, pipe: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    try:
+        signature = _SIGNATURES.get(original)
+        if signature is None:
+            signature = _SIGNATURES[original] = inspect.signature(original)
+        bound = signature.bind(pipe, *args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        for name, param in signature.parameters.items():
+            if param.kind == param.VAR_KEYWORD and isinstance(values.get(name), dict):
+                values.update(values.pop(name))
+        return values
+    except (TypeError, ValueError):
+        return dict(kwargs)
+
+
+def _request_id(capturer: Any) -> Any:
+    req = capturer.tracker.current_request()
+    return req.request_id if req is not None else None
+
+
+def _step_args(args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
+    names = ("model_output", "timestep", "sample")
+    values = list(args[:3]) + [None] * (3 - min(3, len(args)))
+    for i, name in enumerate(names):
+        if name in kwargs:
+            values[i] = kwargs[name]
+    return values[0], values[1], values[2]
+
+
+def _sigmas(sched: Any) -> tuple[float | None, float | None]:
+    sigmas = getattr(sched, "sigmas", None)
+    index = getattr(sched, "step_index", None)
+    if sigmas is None or index is None or not hasattr(sigmas, "__len__"):
+        return None, None
+    j = int(index) - 1
+    if j < 0 or j + 1 >= len(sigmas):
+        return None, None
+    return float(sigmas[j]), float(sigmas[j + 1])
+
+
+def _scheduler_step_definition(sched: Any, kwargs: dict, x: Any, out: Any, x_next: Any, sigma: float | None,
+                               skipped: dict[str, str]) -> str | None:
+    names = {c.__name__ for c in type(sched).__mro__}
+    dtypes = {str(x.dtype), str(out.dtype), str(x_next.dtype)}
+    suffix = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
+    if "FlowMatchEulerDiscreteScheduler" not in names:
+        skipped["scheduler_step"] = f"no shipped step definition for {type(sched).__name__}"
+    elif sched.config.get("stochastic_sampling") or kwargs.get("per_token_timesteps") is not None:
+        skipped["scheduler_step"] = "stochastic sampling or per-token timesteps: not the deterministic Euler step"
+    elif sigma is None:
+        skipped["scheduler_step"] = "the scheduler's sigmas were not readable"
+    elif len(dtypes) != 1 or next(iter(dtypes)) not in suffix or tuple(x.shape) != tuple(out.shape) or \
+            not 2 <= x.dim() <= 5:
+        skipped["scheduler_step"] = f"x, out and x_next differ in dtype or shape ({sorted(dtypes)})"
+    else:
+        return f"flow_euler_step_r{x.dim()}_{suffix[str(x.dtype)]}"
+    return None
+
+
+def _matches_packed(pipe: Any, stream: str, sample: Any, drawn: Any) -> bool:
+    """Whether ``sample`` is ``drawn`` as is or in the pipeline's packed layout (LTX, LTX-2)."""
+    import torch
+
+    if sample.numel() != drawn.numel():
+        return False
+    candidates = [drawn]
+    if stream != "audio" and hasattr(pipe, "_pack_latents"):
+        try:
+            candidates.append(pipe._pack_latents(drawn, getattr(pipe, "transformer_spatial_patch_size", 1),
+                                                 getattr(pipe, "transformer_temporal_patch_size", 1)))
+        except Exception:  # noqa: BLE001  another packing signature
+            pass
+    if stream == "audio" and hasattr(pipe, "_pack_audio_latents"):
+        try:
+            candidates.append(pipe._pack_audio_latents(drawn))
+        except Exception:  # noqa: BLE001
+            pass
+    target = sample.detach().to("cpu")
+    for candidate in candidates:
+        if tuple(candidate.shape) == tuple(target.shape) and torch.equal(candidate.to(target.dtype), target):
+            return True
+    return False
+
+
+def _number(value: Any) -> float | None:
+    try:
+        if hasattr(value, "numel"):
+            return float(value.reshape(-1)[0]) if value.numel() else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "element_size")
+
+
+__all__ = ["TrajectoryRecorder", "StepCapture", "DenoiserCall", "open_recorders"]

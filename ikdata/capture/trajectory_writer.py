@@ -1,0 +1,434 @@
+"""Writing trajectories: host copies hashed and stored off the engine thread, then rows, model, and the record.
+
+:class:`BlobQueue` (one per dataset and process) copies a tensor to host memory on the engine thread
+and stores it on background threads (hashing and fsync release the GIL). :func:`write_trajectory`
+waits for a call's blobs, then appends, in this order: the workload rows and receipts of every
+step (scheduler step, denoiser), the model record, and the trajectory line, so that no record
+names a file that is not durable yet.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ikdata.core import jsonl, models, schema
+from ikdata.core.dataset import RECEIPTS
+from ikdata.core.definitions import workloads_relpath
+from ikdata.core.errors import RecordError
+from ikdata.core.locking import dataset_lock
+from ikdata.core.records import Receipt, Scalar, WorkloadRow
+from ikdata.core.store import PutResult
+from ikdata.core.trajectories import trajectory_id, trajectory_relpath
+from ikdata.core.writer import DatasetWriter, default_provenance, workload_uuid
+
+BLOB_THREADS = 2
+_QUEUES: dict[tuple[str, int], "BlobQueue"] = {}
+_QUEUES_LOCK = threading.Lock()
+_MODELS: "weakref.WeakKeyDictionary[Any, tuple[tuple, dict]]" = weakref.WeakKeyDictionary()
+
+
+class Blob:
+    """A host copy on its way to the store; :meth:`ref` waits for it."""
+
+    __slots__ = ("future", "nbytes", "dtype", "shape", "keep", "fresh")
+
+    def __init__(self, future: Future, nbytes: int, dtype: str, shape: tuple[int, ...]) -> None:
+        self.future, self.nbytes, self.dtype, self.shape = future, nbytes, dtype, shape
+        self.keep: Any = None
+        self.fresh = True
+
+    def put(self) -> PutResult:
+        return self.future.result()
+
+    def descriptor(self) -> dict:
+        """The trajectory's tensor descriptor: the blob, with dtype and shape for readers without torch."""
+        return {**self.put().ref.to_dict(), "dtype": self.dtype, "shape": list(self.shape)}
+
+
+class BlobQueue:
+    """Host copies of one process, stored into one dataset on background threads, memory bounded."""
+
+    def __init__(self, root: str, queue_bytes: int) -> None:
+        self.writer = DatasetWriter(root)
+        self.queue_bytes = queue_bytes
+        self._pool = ThreadPoolExecutor(max_workers=BLOB_THREADS, thread_name_prefix="ikdata-trajectory")
+        self._pending = 0
+        self._cond = threading.Condition()
+
+    @classmethod
+    def for_root(cls, root: str, *, queue_bytes: int) -> "BlobQueue":
+        key = (str(root), os.getpid())
+        with _QUEUES_LOCK:
+            queue = _QUEUES.get(key)
+            if queue is None:
+                queue = _QUEUES[key] = cls(str(root), queue_bytes)
+            return queue
+
+    def copy(self, tensor: Any) -> Blob:
+        """Copy ``tensor`` to host memory now; store it in the background."""
+        import torch
+
+        host = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
+        host.copy_(tensor.detach())
+        nbytes = host.numel() * host.element_size()
+        with self._cond:
+            while self._pending and self._pending + nbytes > self.queue_bytes:
+                self._cond.wait()
+            self._pending += nbytes
+        future = self._pool.submit(self._put, host, nbytes)
+        return Blob(future, nbytes, str(host.dtype), tuple(host.shape))
+
+    def _put(self, host: Any, nbytes: int) -> PutResult:
+        try:
+            return self.writer.store.put(host)
+        finally:
+            with self._cond:
+                self._pending -= nbytes
+                self._cond.notify_all()
+
+
+def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
+    """Write everything ``rec`` captured; return the trajectory id."""
+    queue: BlobQueue = rec.queue
+    writer = queue.writer
+    expected = _expected_steps(rec)
+    decoded = {} if error else _decoded(queue, result)
+    model = _model(rec, writer)
+    steps = sorted(rec.steps, key=lambda s: (s.index, _order(rec, s.stream)))
+    final = {}
+    for stream in _stream_order(rec):
+        last = [s for s in steps if s.stream == stream]
+        if last and last[-1].index == expected - 1:
+            final[stream] = last[-1].x_next
+    facts = _provenance(rec)
+    root = Path(writer.root)
+    step_rows, rows, receipts = _step_workloads(rec, steps, writer, facts)
+    records = []
+    for step in steps:
+        records.append({"index": step.index, "stream": step.stream, "timestep": step.timestep, "sigma": step.sigma,
+                        "sigma_next": step.sigma_next, "x": step.x.descriptor(), "out": step.out.descriptor(),
+                        "x_next": step.x_next.descriptor(), "workloads": step_rows.get(id(step), {}),
+                        **({"skipped": dict(step.skipped)} if step.skipped else {})})
+    for step, record in zip(steps, records):
+        why = rec.denoiser_skipped or "; ".join(rec.denoiser_skips.get(step.index, [])) \
+            if step.stream == streams_main(rec) else None
+        if why:
+            record.setdefault("skipped", {})["denoiser"] = why
+    streams = _stream_order(rec)
+    noise_streams = [(s, d) for s, (_, d) in zip(streams, rec.draws)]
+    from ikdata.core import noise as noise_mod
+
+    check = {s: rec.noise_check.get(s, False) for s in streams}
+    record = {
+        "status": "incomplete" if error else "complete",
+        "reason": error,
+        "pipeline": _pipeline(rec),
+        "scheduler": _scheduler(rec),
+        "request": _request(rec, expected),
+        "streams": streams,
+        "selection": {"steps": list(rec.config.steps) if rec.config.steps is not None else None,
+                      "streams": list(rec.config.streams) or None},
+        "steps": records,
+        "final": {s: b.descriptor() for s, b in final.items()},
+        "decoded": {n: b.descriptor() for n, b in decoded.items()},
+        "noise": {"recipe": noise_mod.RECIPE,
+                  "seed": _seed(rec),
+                  "streams": [{"name": s, "shape": list(d.shape)} for s, d in noise_streams],
+                  "digest": noise_mod.digest((s, tuple(d.shape), d) for s, d in noise_streams)
+                  if noise_streams and str(noise_streams[0][1].dtype) == "torch.float32" else None,
+                  "check": check, "reason": rec.noise_reason if not all(check.values()) else None},
+        "model": model,
+        "provenance": {k: v for k, v in facts.items() if isinstance(v, (str, int, float, bool)) or v is None},
+    }
+    record["trajectory"] = trajectory_id(record)
+    relative = trajectory_relpath(type(rec.pipe).__name__)
+    problems = schema.check("trajectory", record, path=relative)
+    if problems:
+        raise RecordError("; ".join(f"{p.pointer} {p.message}" for p in problems[:5]), path=relative)
+    with dataset_lock(root, exclusive=False):
+        for path, lines in rows.items():
+            jsonl.append(root / path, lines)
+        if receipts:
+            jsonl.append(root / RECEIPTS, receipts)
+        jsonl.append(root / relative, [record])
+    return record["trajectory"]
+
+
+def _step_workloads(rec: Any, steps: list, writer: DatasetWriter, facts: dict) -> tuple[dict, dict, list]:
+    """Rows and receipts of every step's scheduler-step and denoiser workloads, by file."""
+    from ikdata.capture.denoisers import shipped
+
+    definitions = shipped()
+    step_rows: dict[int, dict[str, list[str]]] = {}
+    rows: dict[str, list[dict]] = {}
+    receipts: list[dict] = []
+    by_index = {}
+    for step in steps:
+        by_index.setdefault(step.index, step)
+        if step.scheduler_step is None:
+            continue
+        definition = definitions[step.scheduler_step]
+        inputs = {"x": step.x.put().ref, "out": step.out.put().ref, "sigma": Scalar(step.sigma),
+                  "sigma_next": Scalar(step.sigma_next)}
+        outputs = {"x_next": step.x_next.put().ref}
+        axes = definition.bind({"x": step.x.shape, "out": step.out.shape, "x_next": step.x_next.shape,
+                                "sigma": None, "sigma_next": None},
+                               tensors=[*definition.inputs, *definition.outputs])
+        uuid = _add(writer, definition, axes, inputs, outputs, rows, receipts,
+                    {**facts, "step": step.index, "variant": step.stream,
+                     "operation": f"{type(rec.schedulers[step.stream]).__name__}.step"})
+        step_rows.setdefault(id(step), {}).setdefault("scheduler_step", []).append(uuid)
+    for call in rec.denoiser_calls:
+        step = by_index.get(call.step)
+        if step is None:
+            continue
+        inputs = {n: _value(v) for n, v in call.inputs.items()}
+        outputs = {n: _value(v) for n, v in call.outputs.items()}
+        uuid = _add(writer, call.definition, call.axes, inputs, outputs, rows, receipts,
+                    {**facts, "step": call.step, "variant": f"call{call.call}",
+                     "operation": f"{type(_denoiser(rec)).__name__}.forward"})
+        step_rows.setdefault(id(step), {}).setdefault("denoiser", []).append(uuid)
+    return step_rows, rows, receipts
+
+
+def _add(writer: DatasetWriter, definition: Any, axes: dict, inputs: dict, outputs: dict, rows: dict,
+         receipts: list, provenance: dict) -> str:
+    writer.add_definition(definition)
+    facts = {**default_provenance(), **provenance}
+    uuid = workload_uuid(definition.name, inputs, facts)
+    ordered = {n: inputs[n] for n in definition.inputs}
+    rows.setdefault(workloads_relpath(definition.name, definition.op_type), []).append(
+        WorkloadRow(definition.name, uuid, axes, ordered).to_dict())
+    receipts.append(Receipt(uuid, definition.name, axes, outputs, facts).to_dict())
+    return uuid
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, Blob):
+        return value.put().ref
+    if isinstance(value, (bool, int, float)):
+        return Scalar(value)
+    raise TypeError(f"cannot record a {type(value).__name__} as a workload input")
+
+
+def _expected_steps(rec: Any) -> int:
+    sched = rec.schedulers.get(_stream_order(rec)[0]) if rec.schedulers else getattr(rec.pipe, "scheduler", None)
+    timesteps = getattr(sched, "timesteps", None)
+    if timesteps is not None and hasattr(timesteps, "__len__") and len(timesteps):
+        return len(timesteps)
+    steps = rec.bound.get("num_inference_steps")
+    return int(steps) if isinstance(steps, int) else max(rec.counts.values(), default=0)
+
+
+def streams_main(rec: Any) -> str | None:
+    order = _stream_order(rec)
+    return order[0] if order else None
+
+
+def _stream_order(rec: Any) -> list[str]:
+    return list(rec.streams.values())
+
+
+def _order(rec: Any, stream: str) -> int:
+    return _stream_order(rec).index(stream)
+
+
+def _decoded(queue: BlobQueue, result: Any) -> dict[str, Blob]:
+    """The call's returned frames, images or audio, as blobs (PIL images become uint8 arrays)."""
+    found: dict[str, Any] = {}
+    if isinstance(result, tuple):
+        names = ("video", "audio")
+        for name, value in zip(names, result):
+            found[name] = value
+    else:
+        for attr, name in (("frames", "video"), ("images", "images"), ("audio", "audio")):
+            value = getattr(result, attr, None)
+            if value is not None:
+                found[name] = value
+    blobs = {}
+    for name, value in found.items():
+        tensor = _as_tensor(value)
+        if tensor is not None:
+            blobs[name] = queue.copy(tensor)
+    return blobs
+
+
+def _as_tensor(value: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if torch.is_tensor(value):
+        return value
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value)) if value.dtype.name in (
+            "float32", "float16", "float64", "uint8") else None
+    if isinstance(value, list) and value:
+        try:
+            if all(torch.is_tensor(v) for v in value):
+                return torch.stack(value)
+            return torch.from_numpy(np.stack([np.asarray(_pil_list(v)) for v in value]))
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    return None
+
+
+def _pil_list(value: Any) -> Any:
+    import numpy as np
+
+    if isinstance(value, list):
+        return np.stack([np.asarray(v) for v in value])
+    return np.asarray(value)
+
+
+def _denoiser(rec: Any) -> Any:
+    from ikdata.capture.denoisers import denoiser_of
+
+    return denoiser_of(rec.pipe)
+
+
+def _model(rec: Any, writer: DatasetWriter) -> dict | None:
+    """Name the denoiser's weights by content; store them when small; write the model record."""
+    module = _denoiser(rec)
+    if module is None or not hasattr(module, "state_dict"):
+        return None
+    params = list(module.state_dict().items())
+    versions = tuple((id(t), t._version) for _, t in params)
+    cached = _MODELS.get(module)
+    if cached is not None and cached[0] == versions:
+        return cached[1]
+    from ikdata.core.store import raw_tensor
+
+    tensors, total, raws = {}, 0, {}
+    for name, tensor in params:
+        raw = raw_tensor(tensor)
+        raws[name] = raw
+        tensors[name] = {"digest": raw.digest, "dtype": raw.dtype, "shape": list(raw.shape)}
+        total += memoryview(raw.data).nbytes
+    digest = models.model_digest({n: t["digest"] for n, t in tensors.items()})
+    stored = total <= models.DEFAULT_STORE_LIMIT
+    if stored:  # once per model; fsync latency is hidden by writing many small tensors at once
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="ikdata-model") as pool:
+            list(pool.map(lambda item: writer.store.put_raw(item[1], digest=tensors[item[0]]["digest"]),
+                          raws.items()))
+    repo, revision = _model_source(rec.pipe)
+    record = {"digest": digest, "class": type(module).__name__, "library": type(module).__module__.split(".")[0],
+              "library_version": _version("diffusers"), "config": _json_safe(dict(getattr(module, "config", {}))),
+              "stored": stored, "bytes": total, "repo_id": repo, "revision": revision,
+              "subfolder": "transformer" if getattr(rec.pipe, "transformer", None) is module else "unet",
+              "tensors": tensors}
+    relative = models.write_record(writer.root, record)
+    summary = {"digest": digest, "class": type(module).__name__, "component": record["subfolder"],
+               "record": relative, "stored": stored}
+    _MODELS[module] = (versions, summary)
+    return summary
+
+
+def _model_source(pipe: Any) -> tuple[str | None, str | None]:
+    path = getattr(pipe, "name_or_path", None) or (getattr(pipe, "config", {}) or {}).get("_name_or_path")
+    if not isinstance(path, str) or not path:
+        return None, None
+    parts = Path(path).parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--"):].replace("--", "/"), parts[-1]
+    return path, None
+
+
+def _pipeline(rec: Any) -> dict:
+    repo, revision = _model_source(rec.pipe)
+    return {"class": type(rec.pipe).__name__, "library": type(rec.pipe).__module__.split(".")[0],
+            "library_version": _version("diffusers"), "model": repo, "revision": revision}
+
+
+def _scheduler(rec: Any) -> dict:
+    sched = rec.schedulers.get(_stream_order(rec)[0]) if rec.schedulers else getattr(rec.pipe, "scheduler", None)
+    config = dict(getattr(sched, "config", {}) or {})
+    return {"class": type(sched).__name__, "config": _json_safe(config), "order": getattr(sched, "order", None)}
+
+
+def _seed(rec: Any) -> int | None:
+    generator = rec.bound.get("generator")
+    if isinstance(generator, list) and generator:
+        generator = generator[0]
+    try:
+        return int(generator.initial_seed()) if generator is not None else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _request(rec: Any, expected: int) -> dict:
+    b = rec.bound
+    generator = b.get("generator")
+    if isinstance(generator, list) and generator:
+        generator = generator[0]
+    request: dict[str, Any] = {
+        "steps": expected,
+        "num_inference_steps": _int(b.get("num_inference_steps")),
+        "height": _int(b.get("height")), "width": _int(b.get("width")),
+        "frames": _int(b.get("num_frames")),
+        "fps": _float(b.get("frame_rate", b.get("fps"))),
+        "guidance_scale": _float(b.get("guidance_scale")),
+        "seed": _seed(rec),
+        "generator_device": str(generator.device) if hasattr(generator, "device") else None,
+        "output_type": b.get("output_type") if isinstance(b.get("output_type"), str) else None,
+        "request_id": rec.request_id if isinstance(rec.request_id, (str, int)) else None,
+    }
+    unet = getattr(rec.pipe, "unet", None)
+    if request["height"] is None and unet is not None:
+        size = unet.config.get("sample_size")
+        if isinstance(size, int):
+            request["height"] = request["width"] = size
+    for name in ("prompt", "negative_prompt"):
+        value = b.get(name)
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            request[name] = value
+    for name in ("prompt_embeds", "negative_prompt_embeds"):
+        value = b.get(name)
+        if hasattr(value, "dtype") and hasattr(value, "shape"):
+            from ikdata.core.store import raw_tensor
+
+            request[f"{name}_digest"] = raw_tensor(value).digest
+    return request
+
+
+def _provenance(rec: Any) -> dict:
+    return {"engine": "diffusers", "engine_version": _version("diffusers"),
+            "model": _pipeline(rec)["model"], "request_id": rec.request_id, "captured_at": time.time(),
+            "process_id": os.getpid()}
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _version(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+__all__ = ["Blob", "BlobQueue", "write_trajectory"]

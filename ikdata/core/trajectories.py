@@ -1,0 +1,243 @@
+"""Diffusion trajectories in a dataset: where they live, their identity, reading them, and checking them.
+
+A trajectory is one line of ``trajectories/<pipeline class>.jsonl`` (schemas/trajectory.schema.json):
+every captured step of one pipeline call, per latent stream, in order, each naming the blobs of
+``x``, ``out`` and ``x_next``. Its id is the sha256 of its canonical JSON without the id itself.
+Torch-free: :func:`check` is what ``ikdata validate`` runs on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ikdata.core import jsonl, schema
+from ikdata.core.digest import record_digest
+from ikdata.core.problems import Problem
+from ikdata.core.store import digest_from_path
+
+TRAJECTORIES_DIR = "trajectories"
+TENSOR_FIELDS = ("x", "out", "x_next")
+
+
+def trajectory_relpath(pipeline_class: str) -> str:
+    """Where the trajectories of one pipeline class live."""
+    return f"{TRAJECTORIES_DIR}/{pipeline_class}.jsonl"
+
+
+def trajectory_id(record: dict) -> str:
+    """The id of a trajectory record: sha256 of its canonical JSON without ``trajectory``."""
+    return record_digest({k: v for k, v in record.items() if k != "trajectory"})
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One trajectory record and where it was read from."""
+
+    record: dict
+    source: str = ""
+    line: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.record["trajectory"]
+
+    @property
+    def streams(self) -> list[str]:
+        return list(self.record["streams"])
+
+    def steps_of(self, stream: str) -> list[dict]:
+        return [s for s in self.record["steps"] if s["stream"] == stream]
+
+    def tensor_paths(self) -> Iterator[tuple[str, str]]:
+        """Every blob this trajectory names, as (JSON pointer, dataset-relative path)."""
+        for i, step in enumerate(self.record["steps"]):
+            for name in TENSOR_FIELDS:
+                yield f"/steps/{i}/{name}", step[name]["path"]
+        for section in ("final", "decoded"):
+            for stream, ref in self.record[section].items():
+                yield f"/{section}/{stream}", ref["path"]
+
+    def workload_uuids(self) -> Iterator[tuple[int, str, str]]:
+        """(step position, definition kind, uuid) for every workload a step names."""
+        for i, step in enumerate(self.record["steps"]):
+            for kind, uuids in (step.get("workloads") or {}).items():
+                for uuid in uuids:
+                    yield i, kind, uuid
+
+    def summary(self) -> dict[str, Any]:
+        """The facts ``show``, ``stats`` and ``ls`` print: id, pipeline, status, steps per stream, noise, model."""
+        record = self.record
+        noise = record["noise"]
+        model = record.get("model") or {}
+        return {"trajectory": self.id, "source": f"{self.source}:{self.line}", "status": record["status"],
+                "reason": record.get("reason"), "pipeline": record["pipeline"]["class"],
+                "scheduler": record["scheduler"]["class"], "model": record["pipeline"].get("model"),
+                "steps": {s: len(self.steps_of(s)) for s in self.streams}, "expected_steps": record["request"]["steps"],
+                "seed": noise.get("seed"), "noise_digest": noise.get("digest"), "noise_check": noise.get("check"),
+                "model_digest": model.get("digest"), "model_stored": model.get("stored")}
+
+
+@dataclass
+class TrajectorySet:
+    """Every trajectory of a dataset, and the problems met reading them."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def files(root: Path) -> list[Path]:
+    folder = Path(root) / TRAJECTORIES_DIR
+    return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+def read_all(root: str | Path, *, validate: bool = True) -> TrajectorySet:
+    """Every trajectory record under ``trajectories/``; torn, malformed and schema-breaking lines are problems."""
+    root = Path(root)
+    found = TrajectorySet()
+    for path in files(root):
+        display = path.relative_to(root).as_posix()
+        content = jsonl.read(path, display=display, dataset=root)
+        found.problems += content.problems
+        for line, record in content.records:
+            if validate:
+                problems = schema.check("trajectory", record, path=display, line=line)
+                if problems:
+                    found.problems += problems
+                    continue
+            found.trajectories.append(Trajectory(record, display, line))
+    return found
+
+
+def find(root: str | Path, prefix: str) -> list[Trajectory]:
+    """The trajectories whose id starts with ``prefix``."""
+    return [t for t in read_all(root, validate=False).trajectories
+            if isinstance(t.record.get("trajectory"), str) and t.record["trajectory"].startswith(prefix)]
+
+
+def check(traj: Trajectory, *, blob_exists: Any, workload_uuids: set[str] | None = None) -> list[Problem]:
+    """Every way one (schema-valid) trajectory is inconsistent, each naming file, line and step.
+
+    Checks: the id matches the content; steps of each stream in strictly increasing order, at
+    most ``request.steps`` of them and exactly that many for a complete trajectory captured without
+    a step or stream selection; every stream named; continuity (x_next of step i is x of step i+1,
+    by digest, when both steps were captured); every blob present (``blob_exists(path)``); every
+    workload a step names present (when ``workload_uuids`` is given); the model record named.
+    """
+    record, where, line = traj.record, traj.source, traj.line
+    problems: list[Problem] = []
+
+    def add(message: str, pointer: str, code: str) -> None:
+        problems.append(Problem(where, message, line, pointer, code))
+
+    if trajectory_id(record) != record["trajectory"]:
+        add(f"trajectory id {record['trajectory'][:12]}... does not match its content (expected "
+            f"{trajectory_id(record)[:12]}...): the record was edited", "/trajectory", "trajectory-id")
+    streams = record["streams"]
+    expected = record["request"]["steps"]
+    selection = record.get("selection") or {}
+    selected = selection.get("steps") is not None
+    last: dict[str, tuple[int, dict]] = {}
+    counts = {s: 0 for s in streams}
+    for i, step in enumerate(record["steps"]):
+        stream, index = step["stream"], step["index"]
+        pointer = f"/steps/{i}"
+        if stream not in counts:
+            add(f"step {index} names stream {stream!r}, which is not one of the trajectory's streams {streams}",
+                pointer + "/stream", "trajectory-stream")
+            continue
+        counts[stream] += 1
+        previous = last.get(stream)
+        if previous is not None and index <= previous[0]:
+            add(f"step {index} of stream {stream!r} comes after step {previous[0]}; steps must be listed in "
+                "increasing order", pointer + "/index", "trajectory-order")
+        elif index >= expected:
+            add(f"step {index} of stream {stream!r} is beyond the request's {expected} steps", pointer + "/index",
+                "trajectory-step-count")
+        elif previous is not None and index == previous[0] + 1 and \
+                _digest(previous[1]["x_next"]) != _digest(step["x"]):
+            add(f"step {index} of stream {stream!r}: x is not the x_next of step {previous[0]} (continuity broken)",
+                pointer + "/x", "trajectory-continuity")
+        last[stream] = (index, step)
+    if record["status"] == "complete" and not selected:
+        for stream in (selection.get("streams") or streams):
+            if counts.get(stream, 0) != expected:
+                add(f"stream {stream!r} has {counts.get(stream, 0)} steps, but the request took {expected} "
+                    "(a complete trajectory lists every step)", "/steps", "trajectory-step-count")
+    for pointer, path in traj.tensor_paths() if blob_exists is not None else ():
+        if not blob_exists(path):
+            step = _step_of(record, pointer)
+            add(f"blob {path} does not exist{step}", pointer + "/path", "missing-blob")
+    if workload_uuids is not None:
+        for i, kind, uuid in traj.workload_uuids():
+            if uuid not in workload_uuids:
+                add(f"step {record['steps'][i]['index']} ({record['steps'][i]['stream']}) names {kind} workload "
+                    f"{uuid}, which no workload row holds", f"/steps/{i}/workloads/{kind}", "unknown-workload")
+    return problems
+
+
+def _digest(ref: dict) -> str | None:
+    return digest_from_path(ref["path"])
+
+
+def _step_of(record: dict, pointer: str) -> str:
+    parts = pointer.split("/")
+    if len(parts) > 2 and parts[1] == "steps":
+        step = record["steps"][int(parts[2])]
+        return f" (step {step['index']}, stream {step['stream']!r}, {parts[3]})"
+    return f" ({parts[1]} of stream {parts[2]!r})" if len(parts) > 2 else ""
+
+
+__all__ = ["TRAJECTORIES_DIR", "TENSOR_FIELDS", "Trajectory", "TrajectorySet", "trajectory_relpath", "trajectory_id",
+           "referenced_paths",
+           "files", "read_all", "find", "check"]
+
+
+def referenced_paths(root: str | Path) -> tuple[list[str], list[Problem]]:
+    """Every blob path the trajectories and the stored model records of a dataset name, once per use,
+    and the unreadable lines met: what gc keeps, what a pull fetches, what stats counts, beside the
+    rows and receipts."""
+    from ikdata.core.models import MODELS_DIR, model_relpath
+    from ikdata.core.store import blob_path
+
+    root = Path(root)
+    paths: list[str] = []
+    problems: list[Problem] = []
+    models: set[str] = set()
+    for path in files(root):
+        content = jsonl.read(path, display=path.relative_to(root).as_posix(), dataset=root)
+        problems += content.problems
+        for _, record in content.records:
+            paths += _descriptor_paths(record)
+            model = record.get("model") if isinstance(record, dict) else None
+            if isinstance(model, dict) and isinstance(model.get("digest"), str):
+                models.add(model_relpath(model["digest"]))
+    folder = root / MODELS_DIR
+    if folder.is_dir():
+        models |= {p.relative_to(root).as_posix() for p in folder.glob("*.json")}
+    for relative in sorted(models):
+        try:
+            import orjson
+
+            record = orjson.loads((root / relative).read_bytes())
+        except (OSError, ValueError):
+            continue  # validate reports a missing or malformed model record
+        if isinstance(record, dict) and record.get("stored") and isinstance(record.get("tensors"), dict):
+            paths += [blob_path(t["digest"]) for t in record["tensors"].values()
+                      if isinstance(t, dict) and isinstance(t.get("digest"), str)]
+    return paths, problems
+
+
+def _descriptor_paths(record: Any) -> list[str]:
+    if not isinstance(record, dict):
+        return []
+    found = []
+    for step in record.get("steps") or []:
+        if isinstance(step, dict):
+            found += [step[n] for n in TENSOR_FIELDS if isinstance(step.get(n), dict)]
+    for section in ("final", "decoded"):
+        value = record.get(section)
+        if isinstance(value, dict):
+            found += [v for v in value.values() if isinstance(v, dict)]
+    return [d["path"] for d in found if d.get("type") == "safetensors" and isinstance(d.get("path"), str)]
