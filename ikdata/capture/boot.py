@@ -73,6 +73,9 @@ def install(config: CaptureConfig) -> Any:
 
         capturer = Capturer(config)
         adapters.install(capturer)
+        from ikdata.capture import diffusion
+
+        diffusion.install(capturer)  # Diffusers pipelines and scheduler steps, now and as they are imported
         for path in config.adapters:
             module = importlib.import_module(path)
             module.install(capturer)
@@ -88,6 +91,9 @@ def uninstall() -> None:
     with _LOCK:
         capturer, _CAPTURER = _CAPTURER, None
         if capturer is not None:
+            from ikdata.capture import diffusion
+
+            diffusion.uninstall()
             capturer.writer.flush()
             capturer.uninstall()
 

@@ -23,7 +23,7 @@ from ikdata.core.store import BlobStore, write_atomic
 
 FORMAT = "ikdata/1"
 MANIFEST = "ikdata.json"
-TRACKED_TOP = ("definitions", "workloads", "reports")
+TRACKED_TOP = ("definitions", "workloads", "reports", "trajectories", "models")
 TRACKED_FILES = ("receipts.jsonl",)
 
 

@@ -17,7 +17,7 @@ from referencing import Registry, Resource
 
 from ikdata.core.problems import Problem
 
-KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest")
+KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "trajectory", "model")
 
 
 @functools.cache
