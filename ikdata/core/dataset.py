@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterable, Iterator
@@ -17,6 +18,7 @@ from typing import Any, Collection, Iterable, Iterator
 from ikdata.core import jsonl, schema
 from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, read_folder, shipped_folder)
 from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.paths import PathResolver, UnsafePath
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core.store import BlobStore
@@ -41,15 +43,48 @@ def detect_layout(root: Path) -> str:
     return FLASHINFER
 
 
-def check_relative(path: str) -> str | None:
-    """Why a descriptor path is unsafe (absolute, '..', empty), or None if it is a clean relative path."""
-    if not path or path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
-        return f"path {path!r} is absolute; expected a path relative to the dataset root"
-    if "\\" in path:
-        return f"path {path!r} uses backslashes; expected '/' separators"
-    if ".." in path.split("/"):
-        return f"path {path!r} contains '..'; expected a path that stays inside the dataset"
-    return None
+def blob_paths(record: Any) -> list[str]:
+    """The blob paths one row or receipt (a dict as read) names, once per use: the safetensors
+    descriptors of its inputs and expected outputs. Malformed parts are skipped (validate reports them).
+
+    The seed capture script wrote a receipt's ``expected_output`` as one bare descriptor
+    instead of a map by output name; both forms are read here, and only here.
+    """
+    if not isinstance(record, dict):
+        return []
+    workload = record.get("workload")
+    inputs = workload.get("inputs") if isinstance(workload, dict) else None
+    expected = record.get("expected_output")
+    descriptors = list(inputs.values()) if isinstance(inputs, dict) else []
+    if isinstance(expected, dict):
+        descriptors += [expected] if "type" in expected else list(expected.values())
+    return [d["path"] for d in descriptors
+            if isinstance(d, dict) and d.get("type") == "safetensors" and isinstance(d.get("path"), str)]
+
+
+@dataclass(frozen=True)
+class BlobReferences:
+    """Which blobs the rows and receipts of a dataset use.
+
+    Attributes:
+        uses: blob path as written -> how many descriptors name it.
+        problems: unreadable lines (torn, malformed) whose references are unknown.
+    """
+
+    uses: Counter
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def paths(self) -> set[str]:
+        return set(self.uses)
+
+
+def seed_receipt(record: Any) -> Any:
+    """A seed-layout receipt as ikdata reads it: one without ``expected_output`` (a workload the seed
+    script imported, with no engine output) is an inputs-only receipt, as FlashInfer rows are."""
+    if isinstance(record, dict) and "expected_output" not in record:
+        return {**record, "expected_output": {}}
+    return record
 
 
 @dataclass
@@ -83,6 +118,11 @@ class Dataset:
     def store(self) -> BlobStore:
         return BlobStore(self.root)
 
+    @functools.cached_property
+    def paths(self) -> PathResolver:
+        """The path rule for this dataset (one folder cache for the dataset's life)."""
+        return PathResolver(self.root)
+
     @property
     def is_captured(self) -> bool:
         """Captured datasets (ikdata, seed) must never hold random inputs."""
@@ -98,7 +138,9 @@ class Dataset:
         found, problems = {}, []
         folder = self.root / "definitions"
         if folder.is_dir():
-            found, problems = read_folder(folder, origin=DATASET, display_root=self.root)
+            files, problems = self._record_files(folder, "*.json")
+            found, read_problems = read_folder(folder, origin=DATASET, display_root=self.root, paths=files)
+            problems += read_problems
         for extra in self.definition_folders:
             user, user_problems = read_folder(extra, origin=USER)
             problems += user_problems
@@ -116,25 +158,58 @@ class Dataset:
 
     @functools.cached_property
     def trusted_definitions(self) -> dict[str, Definition]:
-        """Shipped definitions and those of user-named folders: their references may run."""
+        """Definitions trusted by name (:func:`ikdata.core.trust.is_trusted`): shipped ones, those of
+        user-named folders, and the dataset's exact instances of shipped templates."""
+        from ikdata.core.templates import trusted_instances
+
+        trusted = trusted_instances(self.definitions)
         shipped, _ = read_folder(shipped_folder(), origin=SHIPPED)
+        trusted.update(shipped)
         for extra in self.definition_folders:
-            shipped.update(read_folder(extra, origin=USER)[0])
-        return shipped
+            trusted.update(read_folder(extra, origin=USER)[0])
+        return trusted
+
+    # -- record files ------------------------------------------------------------------------
+
+    def _record_files(self, folder: Path, pattern: str) -> tuple[list[Path], list[Problem]]:
+        """The files matching ``pattern`` under ``folder`` that the path rule lets the dataset read
+        (regular files inside it, links followed), and a problem for each one refused."""
+        refusal = self.paths.record_file_refusal(folder, folder=True)
+        if refusal is not None:
+            return [], [refusal.problem()]
+        files, problems = [], []
+        for path in sorted(folder.rglob(pattern)):
+            refusal = self.paths.record_file_refusal(path)
+            if refusal is None:
+                files.append(path)
+            else:
+                problems.append(refusal.problem())
+        return files, problems
+
+    def _note(self, problems: Iterable[Problem]) -> None:
+        self.problems += [p for p in problems if p not in self.problems]
 
     # -- workloads ---------------------------------------------------------------------------
 
     def workload_files(self) -> list[Path]:
+        """The row files; one that is a link out of the dataset (or a ``workloads/`` folder that
+        is one) is left out and reported in ``self.problems``."""
         folder = self.root / "workloads"
-        return sorted(folder.rglob("*.jsonl")) if folder.is_dir() else []
+        if not folder.is_dir():
+            return []
+        files, problems = self._record_files(folder, "*.jsonl")
+        self._note(problems)
+        return files
 
     def read_records(self, path: Path, kind: str, *, validate: bool) -> Iterator[tuple[int, dict]]:
         """Raw records of one JSONL file with their lines; torn, malformed and (with ``validate``)
         schema-breaking lines land in ``self.problems`` instead."""
         display = self.rel(path)
-        content = jsonl.read(path, display=display)
+        content = jsonl.read(path, display=display, dataset=self.root)
         self.problems += content.problems
         for line, record in content.records:
+            if kind == "receipt" and self.layout == SEED:
+                record = seed_receipt(record)
             if validate:
                 found = schema.check(kind, record, path=display, line=line)
                 if found:
@@ -158,8 +233,36 @@ class Dataset:
     # -- receipts and reports ----------------------------------------------------------------
 
     def receipt_files(self) -> list[Path]:
+        """The receipt files of this layout; one that is a link out of the dataset is left out and
+        reported in ``self.problems``."""
         names = (RECEIPTS,) if self.layout == IKDATA else _SEED_RECEIPTS if self.layout == SEED else ()
-        return [self.root / n for n in names if (self.root / n).is_file()]
+        files = []
+        for name in names:
+            path = self.root / name
+            if os.path.lexists(path):
+                refusal = self.paths.record_file_refusal(path)
+                if refusal is None:
+                    files.append(path)
+                else:
+                    self._note([refusal.problem()])
+        return files
+
+    def blob_references(self) -> BlobReferences:
+        """Which blobs the rows and receipts use (:func:`blob_paths` of every record), one pass,
+        no schema checks: what gc keeps, what a pull fetches, what stats counts."""
+        uses: Counter = Counter()
+        problems: list[Problem] = []
+        for path in self.workload_files() + self.receipt_files():
+            content = jsonl.read(path, display=self.rel(path))
+            problems += content.problems
+            for _, record in content.records:
+                uses.update(blob_paths(record))
+        from ikdata.core.trajectories import referenced_paths  # diffusion trajectories and stored models
+
+        more, more_problems = referenced_paths(self.root)
+        uses.update(more)
+        problems += more_problems
+        return BlobReferences(uses, tuple(problems))
 
     def receipts(self, *, validate: bool = True) -> Iterator[Receipt]:
         """Every receipt. Invalid ones are reported in ``self.problems``, not yielded."""
@@ -178,57 +281,21 @@ class Dataset:
     # -- paths and tensors -------------------------------------------------------------------
 
     def resolve(self, relative: str, *, where: str = "") -> Path:
-        """The absolute path of a descriptor path, refusing anything that leaves the dataset.
+        """The path of a descriptor path under the root, by the path rule (:mod:`ikdata.core.paths`).
 
         Raises:
-            RecordError: the path is absolute, has '..', or a link takes it outside the dataset.
+            UnsafePath: the path is absolute, has '..' or a backslash, is not normalised, or a link
+                takes it outside the dataset.
         """
-        reason = check_relative(relative)
-        target = self.root / relative
-        if reason is None:
-            real_root = os.path.realpath(self.root)
-            real = os.path.realpath(target)
-            if os.path.commonpath([real_root, real]) != real_root:
-                reason = f"path {relative!r} is a link that leaves the dataset (to {real})"
-        if reason:
-            raise RecordError(reason, path=where or None)
-        return target
+        return self.paths.resolve(relative, where=where or None)
 
     def resolve_all(self, relatives: Iterable[str], *,
-                    known_inside: Collection[str] = ()) -> dict[str, Path | RecordError]:
-        """``resolve`` for many descriptor paths at once: path -> absolute path, or the RecordError.
+                    known_inside: Collection[str] = ()) -> dict[str, Path | UnsafePath]:
+        """``resolve`` for many descriptor paths at once: path -> path, or the refusal (not raised).
 
-        The real path of each folder is computed once, so checking 100,000 blobs
-        costs one ``lstat`` per file instead of one per path component, and none for
-        ``known_inside``: regular files a directory scan found inside the dataset.
+        ``known_inside``: regular files a directory scan found inside the dataset (no ``lstat``).
         """
-        real_root = os.path.realpath(self.root)
-        inside = real_root.rstrip(os.sep) + os.sep
-        real_dirs: dict[str, str] = {}
-        resolved: dict[str, Path | RecordError] = {}
-        for relative in relatives:
-            if relative in resolved:
-                continue
-            reason = check_relative(relative)
-            target = self.root / relative
-            if reason is None and relative in known_inside:
-                resolved[relative] = target
-                continue
-            if reason is None:
-                parent, _, name = relative.rpartition("/")
-                if name in ("", "."):
-                    real = os.path.realpath(target)
-                else:
-                    real_parent = real_dirs.get(parent)
-                    if real_parent is None:
-                        real_parent = real_dirs[parent] = os.path.realpath(self.root / parent)
-                    real = os.path.join(real_parent, name)
-                    if os.path.islink(real):
-                        real = os.path.realpath(real)
-                if real != real_root and not real.startswith(inside):
-                    reason = f"path {relative!r} is a link that leaves the dataset (to {real})"
-            resolved[relative] = RecordError(reason) if reason else target
-        return resolved
+        return self.paths.resolve_all(relatives, known_inside=known_inside)
 
     def load_input(self, descriptor: Any, *, device: str = "cpu") -> Any:
         """The value of one descriptor: a Python scalar or a torch tensor on ``device``."""

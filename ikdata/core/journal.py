@@ -5,6 +5,12 @@ file into the dataset: ``blob`` (rename into the store), ``append`` (extend a JS
 whose first ``base_size`` bytes must still hash to ``base_digest``), ``create`` (a new
 definition file). :func:`recover` rolls a committed journal forward or drops uncommitted
 staging; import, gc and repair call it before they do anything else.
+
+Whatever wrote the journal, every step is checked before the first one is applied
+(:func:`check_steps`): a staged file lies under ``.ikdata-import/``, a ``blob`` target is a
+content-addressed blob path, an ``append`` target a row or receipts file, a ``create``
+target a definition file, and no path leaves the dataset (:mod:`ikdata.core.paths`). A
+journal that breaks this is refused whole, with a message, and nothing is applied.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ import orjson
 
 from ikdata.core import manifest
 from ikdata.core.digest import bytes_digest
-from ikdata.core.errors import StoreError
+from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.faults import checkpoint
 from ikdata.core.locking import dataset_lock
-from ikdata.core.store import write_atomic
+from ikdata.core.paths import PathResolver, record_path_refusal, text_refusal
+from ikdata.core.store import blob_path, digest_from_path, write_atomic
 
 STAGING = ".ikdata-import"
 JOURNAL = "journal.json"
@@ -52,11 +59,68 @@ def recover(dst: str | os.PathLike, *, locked: bool = False) -> str | None:
     return "discarded"
 
 
+def check_steps(dst: Path, journal: object) -> list[dict]:
+    """The journal's steps, each confined to the dataset by the path rule.
+
+    Raises:
+        RecordError: naming the step (``/steps/N/...``) that is malformed or reaches outside
+            the dataset, its state or its record files; nothing has been applied.
+    """
+    where = f"{STAGING}/{JOURNAL}"
+    if not isinstance(journal, dict) or not isinstance(journal.get("steps"), list) \
+            or not isinstance(journal.get("parent"), dict) or not isinstance(journal["parent"].get("id"), str):
+        raise RecordError(f"not an ikdata import journal (expected {FORMAT} with 'parent' and 'steps'); it was not "
+                          f"applied. Remove {dst / STAGING} to abandon it", path=where)
+    paths = PathResolver(dst)
+    steps = journal["steps"]
+    for number, step in enumerate(steps):
+        reason = _step_refusal(paths, step)
+        if reason:
+            raise RecordError(f"{reason}; the journal was not written by ikdata's import, so none of it was "
+                              f"applied. Remove {dst / STAGING} after reading it", path=where,
+                              pointer=f"/steps/{number}")
+    return steps
+
+
+def _step_refusal(paths: PathResolver, step: object) -> str | None:
+    if not isinstance(step, dict) or step.get("kind") not in ("blob", "append", "create") \
+            or not isinstance(step.get("staged"), str) or not isinstance(step.get("target"), str):
+        return "a step must be an object with kind blob, append or create, and 'staged' and 'target' paths"
+    kind, staged, target = step["kind"], step["staged"], step["target"]
+    found = text_refusal(staged)
+    if found is None and not staged.startswith(STAGING + "/"):
+        return f"staged file {staged!r} is not under {STAGING}/"
+    found = found or paths.refusal(staged) or text_refusal(target)
+    if found is not None:
+        return found.reason
+    if kind == "blob":
+        digest = digest_from_path(target)
+        if digest is None or target != blob_path(digest):
+            return f"blob target {target!r} is not a content-addressed blob path"
+    else:
+        found = record_path_refusal(target)
+        if found is not None:
+            return found.reason
+        wanted = ("workloads/", "receipts.jsonl") if kind == "append" else ("definitions/",)
+        if not target.startswith(wanted) or not target.endswith(".jsonl" if kind == "append" else ".json"):
+            return f"{kind} target {target!r} is not a {'row or receipts' if kind == 'append' else 'definition'} file"
+        if kind == "append" and not (isinstance(step.get("base_size"), int) and step["base_size"] >= 0
+                                     and isinstance(step.get("base_digest"), str)):
+            return "an append step needs an integer 'base_size' and a 'base_digest'"
+    found = paths.refusal(target)
+    return found.reason if found is not None else None
+
+
 def roll_forward(dst: Path) -> str:
-    """Step 4-5: apply every journal step (each idempotent), write the manifest, remove staging."""
+    """Step 4-5: check every step (:func:`check_steps`), apply each (idempotent), write the manifest,
+    remove staging."""
     staging = dst / STAGING
-    journal = orjson.loads((staging / JOURNAL).read_bytes())
-    for number, step in enumerate(journal["steps"]):
+    try:
+        journal = orjson.loads((staging / JOURNAL).read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"malformed JSON ({exc}); it was not applied. Remove {staging} to abandon the import",
+                          path=f"{STAGING}/{JOURNAL}") from exc
+    for number, step in enumerate(check_steps(dst, journal)):
         staged, target = dst / step["staged"], dst / step["target"]
         if step["kind"] == "blob":
             if staged.exists():
@@ -102,4 +166,4 @@ def _apply_append(dst: Path, step: dict) -> None:
     write_atomic(target, [current[:base], tail, payload])
 
 
-__all__ = ["FORMAT", "JOURNAL", "STAGING", "recover", "roll_forward", "write_journal"]
+__all__ = ["FORMAT", "JOURNAL", "STAGING", "check_steps", "recover", "roll_forward", "write_journal"]

@@ -19,7 +19,6 @@ Nothing here writes anything: SRC is read-only.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +27,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import orjson
 
 from ikdata.core import jsonl, manifest, schema
-from ikdata.core.dataset import FLASHINFER, IKDATA, SEED, Dataset, check_relative
-from ikdata.core.definitions import Definition
+from ikdata.core.dataset import FLASHINFER, IKDATA, SEED, Dataset, seed_receipt
+from ikdata.core.definitions import REORDERED_BY_WRITING, Definition
 from ikdata.core.digest import bytes_digest
+from ikdata.core.paths import PathResolver, text_refusal
 from ikdata.core.problems import Problem
 from ikdata.core.records import RandomInput, Receipt, TensorRef, WorkloadRow
 from ikdata.core.safetensors_format import BLOB_KEY, TensorEntry
@@ -95,6 +95,7 @@ class Source:
     cases: dict[str, list[dict]] = field(default_factory=dict)
     left_out: list[LeftOut] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    paths: PathResolver | None = None  # SRC's path rule: every file read from SRC passes it first
 
 
 def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLike] = (),
@@ -120,8 +121,9 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
     known = known or {}
     built = manifest.build(ds.root)
     source = Source(ds.root, ds.layout, source_id(ds, built), ds.definitions, built,
-                    ds.trusted_definitions)
-    source.problems += ds.definition_problems
+                    ds.trusted_definitions, paths=ds.paths)
+    # Inputs or outputs out of run's order do not refuse an import: it writes them in run's order.
+    source.problems += [p for p in ds.definition_problems if p.code not in REORDERED_BY_WRITING]
     if ds.layout == SEED and not definitions:
         source.problems.append(Problem(str(ds.root), "a seed-layout capture keeps its definitions outside the "
                                        "dataset; name them with --definitions DIR", code="seed-definitions"))
@@ -142,6 +144,7 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
                                            receipt.line, "/uuid"))
             continue
         source.receipts[receipt.uuid] = record
+    source.problems += ds.problems  # record files the path rule refused (links out of SRC)
     _read_report(ds, source)
     return source
 
@@ -153,6 +156,8 @@ def _records(ds: Dataset, files: list[Path], kind: str, known: Mapping[str, dict
         content = jsonl.read(path, display=display)
         source.problems += content.problems
         for line, record in content.records:
+            if kind == "receipt" and ds.layout == SEED:
+                record = seed_receipt(record)  # no expected_output: an inputs-only row
             uuid = _uuid(record, kind)
             if uuid is not None and uuid in known and (kind == "workload" or uuid in source.held):
                 if kind == "workload" and known[uuid] == record:
@@ -222,14 +227,14 @@ def _convert(ds: Dataset, descriptor: Any, source: Source, hashed: dict, where: 
     """An ikdata descriptor for a SRC descriptor; records where its bytes are.
 
     A path is checked textually here; whether links take it outside SRC is checked
-    only for the files actually read (:func:`inside`), so tensors DST already holds
+    only for the files actually read (``ds.paths``), so tensors DST already holds
     cost no file-system calls.
     """
     if not isinstance(descriptor, TensorRef):
         return descriptor.to_dict()
-    reason = check_relative(descriptor.path) if _suspicious(descriptor.path) else None
-    if reason:
-        source.problems.append(Problem(where, reason, pointer=pointer))
+    refusal = text_refusal(descriptor.path)
+    if refusal is not None:
+        source.problems.append(Problem(where, refusal.reason, pointer=pointer, code="unsafe-path"))
         return None
     path = ds.root / descriptor.path
     claimed = digest_from_path(descriptor.path)
@@ -239,8 +244,8 @@ def _convert(ds: Dataset, descriptor: Any, source: Source, hashed: dict, where: 
         return TensorRef(blob_path(claimed), BLOB_KEY).to_dict()
     # A file not named by its digest (FlashInfer: by uuid, several tensors): hash it now.
     if path not in hashed:
-        reason = inside(ds.root, path)
-        hashed[path] = BlobCheck(str(path), error=reason) if reason else rehash_file(path)
+        refusal = ds.paths.refusal(descriptor.path)
+        hashed[path] = BlobCheck(str(path), error=refusal.reason) if refusal else rehash_file(path)
     check = hashed[path]
     if check.error:
         source.problems.append(Problem(where, f"{descriptor.path}: {check.error}", pointer=pointer))
@@ -254,30 +259,15 @@ def _convert(ds: Dataset, descriptor: Any, source: Source, hashed: dict, where: 
     return None
 
 
-def _suspicious(path: str) -> bool:
-    return not path or path[0] in "/\\" or "\\" in path or ":" in path[:2] or ".." in path.split("/")
-
-
-def inside(root: Path, path: Path) -> str | None:
-    """Why ``path`` is not a file inside ``root`` once links are followed (None: it is)."""
-    real_root = _realpath(str(root))
-    folder, name = os.path.split(str(path))
-    real = os.path.realpath(path) if os.path.islink(path) else os.path.join(_realpath(folder), name)
-    if os.path.commonpath([real_root, real]) != real_root:
-        return f"a link that leaves the dataset (to {real})"
-    return None
-
-
-@functools.lru_cache(maxsize=4096)
-def _realpath(folder: str) -> str:
-    return os.path.realpath(folder)
-
-
 def _read_report(ds: Dataset, source: Source) -> None:
     path = ds.report_path
-    if not path.is_file():
+    if not os.path.lexists(path):
         return
     display = ds.rel(path)
+    refusal = ds.paths.record_file_refusal(path)
+    if refusal is not None:
+        source.problems.append(refusal.problem())
+        return
     data = path.read_bytes()
     try:
         report = orjson.loads(data)

@@ -23,19 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import orjson
-
 from ikdata.core import jsonl, schema
-from ikdata.core.dataset import RECEIPTS, SEED, Dataset
-from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, definition_relpath, read_folder,
-                                workloads_relpath)
+from ikdata.core.dataset import RECEIPTS, SEED, Dataset, blob_paths
+from ikdata.core.definitions import (DATASET, Definition, definition_bytes, definition_relpath, read_folder,
+                                     workloads_relpath)
 from ikdata.core.errors import MergeConflict, ProblemsFound
-from ikdata.importing.foreign import LeftOut, Source, TensorSource, inside, read_source
+from ikdata.core.paths import PathResolver
+from ikdata.core.trust import is_trusted
+from ikdata.importing.foreign import LeftOut, Source, TensorSource, read_source
 from ikdata.core.problems import Problem
 from ikdata.core.records import WorkloadRow
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
 from ikdata.core.verdicts import recheck
 from ikdata.core.safetensors_format import file_canonical_problem
+from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
@@ -81,10 +82,7 @@ def _nbytes(tensor: TensorSource) -> int:
 def _trusted(source: Source, name: str) -> Definition | None:
     """The definition whose tolerance override may loosen the defaults: trusted ones only."""
     defn = source.definitions[name]
-    if defn.origin in (SHIPPED, USER):
-        return defn
-    twin = source.trusted.get(name)
-    return defn if twin is not None and twin.digest == defn.digest else None
+    return defn if is_trusted(defn, trusted=source.trusted) else None
 
 
 def _seed_reasons(case: dict, report: dict, row: dict, receipt: dict) -> list[str]:
@@ -181,18 +179,20 @@ def _validation_for(source: Source, uuid: str, row: dict, receipt: dict) -> tupl
                         or _digest_reasons(case, row, receipt))
     if reasons:
         return None, reasons
-    record = cases[-1] if report is not source.report else validation_record(
-        cases[-1], report, report_name=source.report_name, report_digest=source.report_digest, seed=seed)
+    own = report is source.report  # else: the validation the seed's own import merged into its receipt
+    record = cases[-1] if not own and not seed else validation_record(  # seed verdicts keep their "basis" marker
+        cases[-1], report, report_name=source.report_name if own else None,
+        report_digest=source.report_digest if own else None, seed=seed)
     return record, []
 
 
 def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: bool = False,
                 definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False,
-                hop: dict | None = None) -> ImportPlan:
+                hop: dict | None = None, progress: ProgressCallback | None = None) -> ImportPlan:
     """Decide everything an import does, reading SRC and DST only.
 
     ``hop`` (``how``, ``source``, ``at``) is recorded, with SRC's id as ``from``, in each new
-    receipt's ``imports``.
+    receipt's ``imports``. ``progress`` is called as the blobs DST lacks are rehashed ("rehash").
 
     Raises:
         ProblemsFound: SRC is unreadable or inconsistent (bad records, a stale manifest,
@@ -266,7 +266,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         if new_receipt is not None:
             plan.receipts.append(new_receipt)
         plan.added.append(uuid)
-    _plan_blobs(plan, dst)
+    _plan_blobs(plan, dst, progress)
     return plan
 
 
@@ -276,7 +276,7 @@ def _definition_target(defn: Definition, dst_defs: dict[str, Definition], plan: 
     if held is None:
         path = definition_relpath(defn)
         if path not in plan.definitions:
-            plan.definitions[path] = orjson.dumps(dict(defn.record), option=orjson.OPT_SORT_KEYS) + b"\n"
+            plan.definitions[path] = definition_bytes(defn.record)  # declared order, as flashinfer-bench reads it
         return defn.op_type
     if held.digest != defn.digest:
         message = (f"definition {defn.name!r}: SRC {defn.source or 'definitions'} differs from DST {held.source}; "
@@ -288,16 +288,11 @@ def _definition_target(defn: Definition, dst_defs: dict[str, Definition], plan: 
     return held.op_type
 
 
-def _plan_blobs(plan: ImportPlan, dst: Path) -> None:
+def _plan_blobs(plan: ImportPlan, dst: Path, progress: ProgressCallback | None = None) -> None:
     """Every blob the new rows and receipts need: present in DST, or rehashed and brought in."""
     store = BlobStore(dst)
-    needed: set[str] = set()
-    for rows in plan.rows.values():
-        for row in rows:
-            needed.update(digest_from_path(d["path"]) for d in row["workload"]["inputs"].values()
-                          if d["type"] == "safetensors")
-    for receipt in plan.receipts:
-        needed.update(digest_from_path(d["path"]) for d in receipt["expected_output"].values())
+    records = [row for rows in plan.rows.values() for row in rows] + plan.receipts
+    needed = {digest_from_path(path) for record in records for path in blob_paths(record)}
     unread = []
     for digest in sorted(needed):
         if store.has(digest):
@@ -308,12 +303,19 @@ def _plan_blobs(plan: ImportPlan, dst: Path) -> None:
         if tensor.entry is None:
             unread.append(digest)
     problems = []
-    for digest, check in zip(unread, rehash_files([plan.source.tensors[d].path for d in unread])):
+    paths = plan.source.paths or PathResolver(plan.source.root)
+    for digest in list(unread):  # the path rule first: nothing outside SRC is read
+        rel = os.path.relpath(plan.source.tensors[digest].path, plan.source.root).replace(os.sep, "/")
+        refusal = paths.refusal(rel)
+        if refusal is not None:
+            problems.append(refusal.problem())
+            unread.remove(digest)
+    checks = rehash_files([plan.source.tensors[d].path for d in unread])
+    for done, (digest, check) in enumerate(zip(unread, checks), 1):
+        if progress:
+            progress(Progress("rehash", done, len(unread)))
         rel = os.path.relpath(check.path, plan.source.root)
-        reason = inside(plan.source.root, Path(check.path))
-        if reason:
-            problems.append(Problem(rel, reason, code="unsafe-path"))
-        elif check.error:
+        if check.error:
             problems.append(Problem(rel, f"unreadable blob: {check.error}", code="bad-blob"))
         elif len(check.digests) != 1 or check.digests[0] != digest:
             problems.append(Problem(rel, f"content digest is {list(check.digests)}, but the file is named by "

@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ikdata.core import jsonl, manifest
+from ikdata.core import manifest
 from ikdata.core.dataset import Dataset
 from ikdata.core.errors import ProblemsFound, UsageError
+from ikdata.core.layout import clear_gc_mark, mark_gc
 from ikdata.core.locking import dataset_lock
 
 DEFAULT_GRACE_MINUTES = 10.0
@@ -47,21 +48,10 @@ def referenced_blobs(root: Path) -> set[str]:
         ProblemsFound: a row or receipt file has unreadable lines.
     """
     ds = Dataset.open(root)
-    found: set[str] = set()
-    problems = []
-    for path in ds.workload_files() + ds.receipt_files():
-        content = jsonl.read(path, display=ds.rel(path))
-        problems += content.problems
-        for _, record in content.records:
-            if not isinstance(record, dict):
-                continue
-            inputs = (record.get("workload") or {}).get("inputs") or {}
-            expected = record.get("expected_output") or {}
-            if "type" in expected:
-                expected = {"output": expected}
-            for descriptor in [*inputs.values(), *expected.values()]:
-                if isinstance(descriptor, dict) and descriptor.get("type") == "safetensors":
-                    found.add(os.path.normpath(descriptor.get("path", "")).replace(os.sep, "/"))
+    references = ds.blob_references()
+    problems = list(references.problems) + ds.problems  # unreadable lines, record files refused by the path rule
+    # Normalised, so a row that names a blob by a roundabout path still keeps it (validate reports the path).
+    found = {os.path.normpath(path).replace(os.sep, "/") for path in references.paths}
     if problems:
         raise ProblemsFound(problems, f"{root}: gc refused: {len(problems)} unreadable line(s) might reference "
                             f"blobs; run 'ikdata repair {root}' first")
@@ -103,12 +93,15 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
             if target.stat().st_mtime > cutoff:
                 young.append(rel)
                 continue
-            if not dry_run:
-                target.unlink()
             deleted.append(rel)
             freed += size
         if not dry_run:
+            # The marker first: a gc killed mid-deletion is finished by 'ikdata repair' (core.layout).
+            mark_gc(root, deleted)
+            for rel in deleted:
+                (root / rel).unlink(missing_ok=True)
             dataset_id = manifest.write(root)
+            clear_gc_mark(root)
         else:
             dataset_id = manifest.current_id(root)
     return GcResult(tuple(sorted(deleted)), freed, tuple(sorted(young)), kept, dry_run, dataset_id)

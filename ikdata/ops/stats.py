@@ -7,7 +7,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from ikdata.core.dataset import Dataset
+from ikdata.core.dataset import Dataset, blob_paths
 from ikdata.core.errors import IkdataError
 
 
@@ -28,6 +28,7 @@ class Stats:
     stored_bytes: int = 0
     referenced_bytes: int = 0
     problems: int = 0
+    trajectories: dict = field(default_factory=dict)  # diffusion trajectories: counts (ops.trajectories.count)
 
     @property
     def dedup_ratio(self) -> float:
@@ -47,6 +48,11 @@ def compute(ds: Dataset) -> Stats:
     with ThreadPoolExecutor(max_workers=1) as pool:
         scan = pool.submit(lambda: dict(ds.store.iter_blobs()))
         _count_records(ds, stats, paths)
+        from ikdata.core.trajectories import referenced_paths
+        from ikdata.ops.trajectories import count as count_trajectories
+
+        paths += referenced_paths(ds.root)[0]  # trajectory tensors and stored model weights, once per use
+        stats.trajectories = count_trajectories(ds).to_dict()
         sizes: dict[str, int] = scan.result()
     stats.unique_blobs = len(sizes)
     stats.stored_bytes = sum(sizes.values())
@@ -60,40 +66,26 @@ def compute(ds: Dataset) -> Stats:
 
 
 def _count_records(ds: Dataset, stats: Stats, paths: list[str]) -> None:
-    """Count rows per definition and receipts; collect every blob path used, once per use."""
+    """Count rows per definition and receipts; collect every blob path used, once per use
+    (:func:`ikdata.core.dataset.blob_paths`, the one rule of which descriptors are blobs)."""
     from ikdata.core import jsonl
 
     names: list[str] = []
-    add_name, add_path = names.append, paths.append
+    add_name, add_paths = names.append, paths.extend
     for path in ds.workload_files():
-        for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path)):
+        for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path), dataset=ds.root):
             try:
-                inputs = record["workload"]["inputs"].values()
+                record["workload"]["inputs"].values()
                 add_name(record["definition"])
             except (KeyError, TypeError, AttributeError):
                 continue  # not a row: validate reports it
-            for descriptor in inputs:
-                try:
-                    if descriptor["type"] == "safetensors":
-                        add_path(descriptor["path"])
-                except (KeyError, TypeError):
-                    continue
+            add_paths(blob_paths(record))
     stats.workloads = len(names)
     stats.workloads_per_definition.update(Counter(n if isinstance(n, str) else repr(n) for n in names))
     for path in ds.receipt_files():
-        for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path)):
+        for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path), dataset=ds.root):
             stats.receipts += 1
-            try:
-                expected = record["expected_output"]
-                descriptors = (expected,) if "type" in expected else expected.values()
-            except (KeyError, TypeError, AttributeError):
-                continue
-            for descriptor in descriptors:
-                try:
-                    if descriptor["type"] == "safetensors":
-                        add_path(descriptor["path"])
-                except (KeyError, TypeError):
-                    continue
+            add_paths(blob_paths(record))
 
 
 def _size(ds: Dataset, descriptor: dict, sizes: dict[str, int]) -> int:

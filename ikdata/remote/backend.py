@@ -28,6 +28,8 @@ import orjson
 
 from ikdata.core import schema
 from ikdata.core.errors import RemoteError
+from ikdata.core.paths import record_path_refusal
+from ikdata.core.store import digest_from_path, rehash_files
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload, run_parallel
 from ikdata.remote.url import RemoteURL
 
@@ -85,6 +87,16 @@ class Backend:
     def read(self, rel: str, *, start: int | None = None, end: int | None = None) -> bytes:
         raise NotImplementedError
 
+    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
+        """The remote blobs push relies on whose remote bytes are known not to be right; push sends them again.
+
+        ``blobs`` are (remote path, local file with the same digest) of blobs the listing shows with
+        the right size. The base class checks nothing more than that size: a backend that cannot
+        tell cheaply (the Hub, other fsspec filesystems) trusts it, and ``ikdata validate --deep
+        URL`` rehashes what it holds.
+        """
+        return []
+
     def publish_manifest(self, data: bytes, base: ManifestState) -> None:
         """Write the manifest if the remote one is still ``base``.
 
@@ -117,6 +129,7 @@ class FsspecBackend(Backend):
     def __init__(self, remote: RemoteURL, fs: Any, root: str) -> None:
         super().__init__(remote)
         self.fs, self.root = fs, root.rstrip("/")
+        self.etags: dict[str, str] = {}  # remote path -> ETag, as the last listing gave it (S3)
 
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
@@ -163,7 +176,21 @@ class FsspecBackend(Backend):
             if os.path.basename(rel).startswith(".tmp-"):
                 continue
             listed[rel] = int(info.get("size") or 0)
+            if info.get("ETag"):
+                self.etags[rel] = str(info["ETag"]).strip('"')  # S3: kept for damaged_blobs, no extra request
         return listed
+
+    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
+        """Folder and file remotes rehash each remote blob; memory remotes compare the bytes; other
+        fsspec filesystems trust the size (see :meth:`Backend.damaged_blobs`)."""
+        if self.remote.protocol == "file":
+            checks = rehash_files([self._path(rel) for rel, _ in blobs], jobs=jobs)
+            return [rel for (rel, _), check in zip(blobs, checks)
+                    if check.error or list(check.digests) != [digest_from_path(rel)]]
+        if self.remote.protocol == "memory":
+            with self._errors("check remote blobs"):
+                return [rel for rel, local in blobs if self.fs.cat_file(self._path(rel)) != local.read_bytes()]
+        return []
 
     def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
                progress: ProgressCallback | None = None) -> None:
@@ -184,6 +211,11 @@ class FsspecBackend(Backend):
                 with open(item.source, "rb") as stream:
                     write_atomic(Path(target), iter(lambda: stream.read(1 << 20), b""))
             return
+        self._put(item)
+
+    def _put(self, item: Upload) -> None:
+        """Send one object to a remote other than a local folder."""
+        target = self._path(item.rel)
         if isinstance(item.source, bytes):
             self.fs.pipe_file(target, item.source)
         else:
@@ -228,10 +260,15 @@ class FsspecBackend(Backend):
 
 
 def parse_remote_manifest(backend: Backend, data: bytes) -> dict[str, Any]:
-    """The remote manifest, checked against its schema.
+    """The remote manifest, checked against its schema and the path rule: a remote is untrusted input.
+
+    Its ``files`` map may name only record files (definitions, rows, receipts, reports; see
+    :func:`ikdata.core.paths.record_path_refusal`): nothing absolute, with ``..`` or a backslash,
+    not normalised, naming a folder of other listed files, or naming ikdata's own state (an import
+    journal would be rolled forward by the next ``repair``).
 
     Raises:
-        RemoteError: it is not JSON or breaks the manifest schema.
+        RemoteError: it is not JSON, breaks the manifest schema, or lists a path that is not a record file.
     """
     try:
         manifest = orjson.loads(data)
@@ -240,6 +277,14 @@ def parse_remote_manifest(backend: Backend, data: bytes) -> dict[str, Any]:
     problems = schema.check("manifest", manifest, path=MANIFEST)
     if problems:
         raise backend.fail(f"{MANIFEST} breaks manifest.schema.json: {problems[0]}")
+    files = manifest["files"]
+    refused = [r.reason for r in map(record_path_refusal, sorted(files)) if r is not None]
+    folders = {path.rsplit("/", i)[0] for path in files for i in range(1, path.count("/") + 1)}
+    refused += [f"path {path!r} is also the folder of other listed files" for path in sorted(files) if path in folders]
+    if refused:
+        shown = "; ".join(refused[:5]) + (f"; ... and {len(refused) - 5} more" if len(refused) > 5 else "")
+        raise backend.fail(f"{MANIFEST} lists {len(refused)} path(s) that are not record files of a dataset, "
+                           f"so nothing was fetched: {shown}. The remote is damaged or hostile; do not use it")
     return manifest
 
 

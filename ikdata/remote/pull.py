@@ -1,9 +1,12 @@
 """Pull and clone: fetch what the local dataset lacks, verify every byte, then let it in.
 
-A remote snapshot is assembled in a staging folder beside the target
-(``.ikdata-pull-<name>-<id>``): every small file is checked against the sha256 the
-manifest gives it, every blob is downloaded to a temp file, rehashed and renamed
-only if its tensor digest matches its name. A clone then renames the staging
+A remote is untrusted input. Its manifest may list only record files
+(:func:`ikdata.core.paths.record_path_refusal`: definitions, rows, receipts, reports;
+never ikdata's own state such as an import journal), and a remote snapshot is
+assembled in a staging folder beside the target (``.ikdata-pull-<name>-<id>``):
+every small file is checked against the sha256 the manifest gives it, every blob is
+downloaded to a temp file, rehashed and renamed only if its tensor digest matches its
+name; a blob an interrupted run left in the staging folder is rehashed again. A clone then renames the staging
 folder into place; a pull into a dataset with data merges it with
 :func:`ikdata.importing.apply.import_dataset` (validated, deduped, conflicts refused). The
 staging folder survives an interruption, so a rerun fetches only what is left.
@@ -14,14 +17,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from ikdata.core import jsonl
 from ikdata.core import manifest as manifest_mod
-from ikdata.core.dataset import check_relative
+from ikdata.core.dataset import IKDATA, Dataset
 from ikdata.core.errors import RemoteError, UsageError
 from ikdata.core.manifest import dataset_id
 from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object
@@ -29,7 +30,7 @@ from ikdata.remote.connect import open_backend
 from ikdata.remote.backend import parse_remote_manifest
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, run_parallel
 from ikdata.remote.url import RemoteOptions
-from ikdata.core.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, rehash_file
+from ikdata.core.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, make_temp, rehash_file, rehash_files
 
 _SHOWN = 10
 
@@ -99,10 +100,7 @@ def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, job
         RemoteError: a file is missing on the remote, or its bytes do not match the manifest.
     """
     todo = []
-    for path, digest in sorted(manifest["files"].items()):
-        reason = check_relative(path)
-        if reason:
-            raise backend.fail(f"{manifest_mod.MANIFEST} lists an unsafe path: {reason}")
+    for path, digest in sorted(manifest["files"].items()):  # paths checked by parse_remote_manifest
         dest = target / path
         if dest.is_file() and _sha256(dest) == digest:
             continue
@@ -131,19 +129,14 @@ def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, job
 
 
 def referenced_blobs(root: Path) -> set[str]:
-    """Every blob path the rows and receipts under ``root`` name."""
-    found: set[str] = set()
-    files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
-    files += [root / "receipts.jsonl"] if (root / "receipts.jsonl").is_file() else []
-    for path in files:
-        for _, record in jsonl.read(path, display=str(path)).records:
-            descriptors: Iterable[Any] = (record.get("workload") or {}).get("inputs", {}).values()
-            expected = record.get("expected_output") or {}
-            descriptors = [*descriptors, *([expected] if "type" in expected else expected.values())]
-            for d in descriptors:
-                if isinstance(d, dict) and d.get("type") == "safetensors" and isinstance(d.get("path"), str):
-                    found.add(d["path"])
-    return found
+    """Every blob path the rows and receipts of a fetched snapshot name (:meth:`Dataset.blob_references`)."""
+    return Dataset(root, IKDATA).blob_references().paths
+
+
+def is_blob_path(rel: str) -> bool:
+    """Whether ``rel`` is exactly the content-addressed path of the digest its name carries."""
+    digest = digest_from_path(rel)
+    return digest is not None and rel == blob_path(digest)
 
 
 def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path | None = None,
@@ -156,18 +149,23 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
         RemoteError: blobs missing on the remote, or whose bytes do not match their digest;
             nothing of those is kept, every verified one is.
     """
-    unsafe = sorted(p for p in wanted if check_relative(p) or digest_from_path(p) is None
-                    or p != blob_path(digest_from_path(p)))
+    unsafe = sorted(p for p in wanted if not is_blob_path(p))
     if unsafe:
         raise backend.fail(f"rows name blob paths that are not content-addressed blobs: {_names(unsafe)}")
-    present, todo = 0, []
+    present, todo, staged = 0, [], []
     for rel in sorted(wanted):
-        if (target / rel).is_file():
-            present += 1
+        if os.path.lexists(target / rel):
+            staged.append(rel)  # left by an interrupted run: rehashed below like any landing blob
         elif have is not None and (have / rel).is_file():
-            link_or_copy(have / rel, target / rel)
+            link_or_copy(have / rel, target / rel)  # the local dataset's own blob
             present += 1
         else:
+            todo.append(rel)
+    for rel, check in zip(staged, rehash_files([target / rel for rel in staged])):
+        if not os.path.islink(target / rel) and not check.error and list(check.digests) == [digest_from_path(rel)]:
+            present += 1
+        else:
+            os.unlink(target / rel)
             todo.append(rel)
     if not todo:
         return 0, 0, present
@@ -195,7 +193,7 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
 def _fetch_verified(backend: Backend, rel: str, dest: Path) -> str | None:
     """Download to a temp file beside ``dest``, rehash, rename; the reason it was refused, or None."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
+    fd, tmp = make_temp(dest.parent)  # the umask's mode, not mkstemp's 0600
     os.close(fd)
     try:
         backend.fetch(rel, Path(tmp))

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 from ikdata.core.dataset import Dataset
 from ikdata.remote.backend import BLOB_PREFIX, Backend
 from ikdata.remote.connect import open_backend
-from ikdata.remote.pull import fetch_files, read_remote, referenced_blobs
+from ikdata.remote.pull import fetch_files, is_blob_path, read_remote, referenced_blobs
 from ikdata.remote.transfer import DEFAULT_JOBS, run_parallel
 from ikdata.remote.url import RemoteOptions
 from ikdata.core.store import write_atomic
@@ -66,8 +66,9 @@ def open_url(url: str, *, options: RemoteOptions | None = None, blobs: str = "no
 
 def _materialise_blobs(backend: Backend, root: Path, mode: str, jobs: int) -> None:
     listed = backend.list_objects(BLOB_PREFIX)
-    wanted = sorted(rel for rel in referenced_blobs(root) if rel in listed and ".." not in rel
-                    and not rel.startswith("/"))
+    # Only content-addressed blob paths are materialised: a row naming anything else (absolute, '..')
+    # gets no file, and validate reports it by the path rule.
+    wanted = sorted(rel for rel in referenced_blobs(root) if rel in listed and is_blob_path(rel))
 
     def one(rel: str) -> None:
         dest = root / rel

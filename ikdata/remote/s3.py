@@ -1,20 +1,32 @@
 """S3 through s3fs: the manifest is written with a conditional put (If-None-Match / If-Match on the ETag).
 
+Objects up to 5 GiB are uploaded in one PUT with ``ChecksumAlgorithm=SHA256``: S3 checks
+the bytes on arrival and keeps their sha256. Before a push relies on a blob the remote
+already holds, it compares the listing's ETag (the MD5 of a one-PUT object, computed by
+S3 from the bytes it holds) with the local file; when the ETag is not an MD5 (multipart,
+SSE-KMS) it asks for the stored sha256 with one HEAD. A blob that fails either check, or
+has no checksum to ask for, is sent again.
+
 Errors that users meet (a bucket that does not exist, refused credentials, an
 endpoint that cannot be reached) become :class:`RemoteError` with what to check.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import errno
+import hashlib
 import os
 import threading
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 from fsspec.asyn import sync
 
 from ikdata.core.errors import RemoteError
 from ikdata.remote.backend import MANIFEST, FsspecBackend, ManifestState, PublishConflict
+from ikdata.remote.transfer import DEFAULT_JOBS, Upload
 from ikdata.remote.url import RemoteOptions, RemoteURL
 
 # Loading botocore's service models takes ~0.3 s per session; sessions are shared per profile and
@@ -33,6 +45,8 @@ def _session(profile: str | None) -> Any:
             _SESSIONS[key] = AioSession(profile=profile) if profile else AioSession()
         return _SESSIONS[key]
 
+
+SINGLE_PUT_BYTES = 5 << 30  # S3's limit for one PUT; larger objects go multipart, without a whole-object sha256
 
 _CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
                      "InvalidToken", "AllAccessDisabled", "403"}
@@ -81,6 +95,54 @@ class S3Backend(FsspecBackend):
                              "or pass --profile")
         return super().translate(exc, what)
 
+    def _put(self, item: Upload) -> None:
+        if item.size > SINGLE_PUT_BYTES:
+            super()._put(item)
+            return
+
+        async def put() -> None:
+            s3 = await self.fs.get_s3(self.bucket)
+            if isinstance(item.source, bytes):
+                await s3.put_object(Bucket=self.bucket, Key=self._key(item.rel), Body=item.source,
+                                    ChecksumAlgorithm="SHA256")
+                return
+            with open(item.source, "rb") as stream:
+                await s3.put_object(Bucket=self.bucket, Key=self._key(item.rel), Body=stream,
+                                    ChecksumAlgorithm="SHA256")
+
+        sync(self.fs.loop, self.fs.set_session)
+        sync(self.fs.loop, put)
+
+    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
+        """Blobs whose listed ETag is not the MD5 of the local file and whose stored sha256 (one HEAD) is not
+        the local file's either (see the module doc)."""
+        ask = []
+        for rel, local in blobs:
+            md5, sha256 = _local_digests(local)
+            etag = self.etags.get(rel, "")
+            if etag == md5:
+                continue
+            if local.stat().st_size > SINGLE_PUT_BYTES and "-" in etag:
+                continue  # multipart: no whole-object checksum to ask for; trusted by size
+            ask.append((rel, sha256))
+        if not ask:
+            return []
+
+        async def checksum(rel: str, gate: asyncio.Semaphore) -> str | None:
+            async with gate:
+                s3 = await self.fs.get_s3(self.bucket)
+                response = await s3.head_object(Bucket=self.bucket, Key=self._key(rel), ChecksumMode="ENABLED")
+                return response.get("ChecksumSHA256")
+
+        async def all_checksums() -> list[str | None]:
+            gate = asyncio.Semaphore(max(1, jobs))
+            return list(await asyncio.gather(*(checksum(rel, gate) for rel, _ in ask)))
+
+        with self._errors("check remote blobs"):
+            sync(self.fs.loop, self.fs.set_session)
+            found = sync(self.fs.loop, all_checksums)
+        return [rel for (rel, sha256), remote in zip(ask, found) if remote != sha256]
+
     def read_manifest(self) -> ManifestState:
         async def get() -> ManifestState:
             s3 = await self.fs.get_s3(self.bucket)
@@ -127,6 +189,17 @@ class S3Backend(FsspecBackend):
                 if _error_code(exc) in ("404", "NoSuchBucket", "NotFound"):
                     raise FileNotFoundError(errno.ENOENT, "no such bucket") from exc
                 raise
+
+
+def _local_digests(path: Path) -> tuple[str, str]:
+    """MD5 (hex, as an ETag) and sha256 (base64, as S3's ChecksumSHA256) of a local file: transport
+    checksums compared with what S3 computed, not content digests."""
+    md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            md5.update(chunk)
+            sha256.update(chunk)
+    return md5.hexdigest(), base64.b64encode(sha256.digest()).decode()
 
 
 def _root(exc: BaseException) -> BaseException:

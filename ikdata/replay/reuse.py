@@ -12,6 +12,13 @@ ikdata replay on this machine (not with ``--no-reuse``), never read from a datas
 a dataset from elsewhere could claim passes that never ran, so it is not a
 source of reuse. Errors and skips are never reused; only judged cases
 ("passed" or "failed") are.
+
+A reuse key names blobs by digest, so reuse must never vouch for bytes it did not
+check: each blob's path goes through the path rule (:mod:`ikdata.core.paths`) first,
+then either matches the evidence recorded when replay last verified that very file
+(device, inode, size, ``mtime_ns`` and ``ctime_ns``, taken before it was hashed; ctime
+cannot be set back by a user) or is rehashed now (:meth:`ReuseCache.confirm`). The
+evidence lives beside the cache in ``replay-verified.jsonl``.
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ from typing import Any, Mapping
 
 from ikdata.core import jsonl
 from ikdata.core.digest import record_digest
+from ikdata.core.store import rehash_file
 
 CACHE_FILE = "replay-reuse.jsonl"
+EVIDENCE_FILE = "replay-verified.jsonl"
 FLUSH_EVERY = 64  # verdicts per cache append; a killed run loses at most these (it is only a cache)
-VERDICT_FIELDS = ("status", "reason", "metrics", "tolerance", "reference_digest", "input_digests",
+VERDICT_FIELDS = ("status", "reason", "metrics", "tolerance", "chosen_by", "reference_digest", "input_digests",
                   "expected_digests", "device", "torch", "reuse_key")
 
 
@@ -62,17 +71,57 @@ class ReuseCache:
     path: Path | None = None
     known: dict[str, dict[str, Any]] = field(default_factory=dict)
     _pending: list[str] = field(default_factory=list)
+    evidence: dict[tuple[int, int], tuple[int, int, int, str]] = field(default_factory=dict)
+    _pending_evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def open(cls, path: str | os.PathLike | None) -> ReuseCache:
-        """Load the cache file if it exists (bad lines are ignored: it is only a cache)."""
+        """Load the cache file and its verification evidence if they exist (bad lines are ignored:
+        it is only a cache)."""
         cache = cls(Path(path) if path else None)
         if cache.path is not None and cache.path.is_file():
             for _, record in jsonl.read(cache.path).records:
                 if isinstance(record, dict) and isinstance(record.get("reuse_key"), str) \
                         and record.get("status") in ("passed", "failed"):
                     cache.known[record["reuse_key"]] = record
+        if cache.evidence_path is not None and cache.evidence_path.is_file():
+            for _, record in jsonl.read(cache.evidence_path).records:
+                try:
+                    key = (int(record["dev"]), int(record["ino"]))
+                    cache.evidence[key] = (int(record["size"]), int(record["mtime_ns"]), int(record["ctime_ns"]),
+                                           str(record["digest"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
         return cache
+
+    @property
+    def evidence_path(self) -> Path | None:
+        return self.path.with_name(EVIDENCE_FILE) if self.path is not None else None
+
+    def note_verified(self, before: os.stat_result, digest: str) -> None:
+        """Record that the file ``before`` describes (stat taken before it was hashed) holds ``digest``."""
+        key = (before.st_dev, before.st_ino)
+        value = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, digest)
+        if self.evidence.get(key) != value:
+            self.evidence[key] = value
+            self._pending_evidence.append({"dev": key[0], "ino": key[1], "size": value[0], "mtime_ns": value[1],
+                                           "ctime_ns": value[2], "digest": digest})
+
+    def confirm(self, path: Path, digest: str) -> bool:
+        """Whether ``path`` holds the one tensor ``digest``: by evidence recorded when this very file
+        (same device, inode, size, mtime and ctime) was verified, else by rehashing it now."""
+        try:
+            before = os.stat(path)
+        except OSError:
+            return False
+        known = self.evidence.get((before.st_dev, before.st_ino))
+        if known == (before.st_size, before.st_mtime_ns, before.st_ctime_ns, digest):
+            return True
+        check = rehash_file(path)
+        if check.error or list(check.digests) != [digest]:
+            return False
+        self.note_verified(before, digest)
+        return True
 
     def lookup(self, key: str) -> dict[str, Any] | None:
         return self.known.get(key)
@@ -89,12 +138,17 @@ class ReuseCache:
             self.flush()
 
     def flush(self) -> None:
-        """Append the verdicts learned since the last flush to the cache file (one locked write)."""
+        """Append the evidence and the verdicts learned since the last flush to the cache files (one
+        locked write each); evidence first, so a verdict never lands without the checks behind it."""
         pending, self._pending = self._pending, []
-        if self.path is None or not pending:
+        evidence, self._pending_evidence = self._pending_evidence, []
+        if self.path is None:
             return
         try:
-            jsonl.append(self.path, [self.known[k] for k in pending], fsync=False)
+            if evidence:
+                jsonl.append(self.evidence_path, evidence, fsync=False)
+            if pending:
+                jsonl.append(self.path, [self.known[k] for k in pending], fsync=False)
         except OSError:
             self.path = None  # an unwritable cache only costs speed, never a verdict
 
@@ -108,4 +162,4 @@ def reused_case(earlier: Mapping[str, Any], *, definition: str, uuid: str, axes:
     return case
 
 
-__all__ = ["CACHE_FILE", "ReuseCache", "default_cache_path", "reuse_key", "reused_case"]
+__all__ = ["CACHE_FILE", "EVIDENCE_FILE", "ReuseCache", "default_cache_path", "reuse_key", "reused_case"]

@@ -1,0 +1,200 @@
+"""The one path rule (DESIGN.md contract 3): a dataset path is relative, normalised and stays inside.
+
+Every path read from a record (a descriptor, a remote manifest's ``files`` key, an import
+journal's step) and every record file a dataset is read from goes through this module
+before anything opens it:
+
+- the text: not empty, not absolute (``/``, ``\\``, ``C:``), no backslash, no ``..``,
+  and normalised (no ``.`` or empty segment, no trailing ``/``);
+- the file system: once links are followed, the path is still inside the dataset root.
+
+:class:`PathResolver` answers both for one root and caches each folder's real path, so
+checking 100,000 blobs that share a few folders costs one ``lstat`` per file. A refusal is
+an :class:`UnsafePath` (a :class:`~ikdata.core.errors.RecordError` that knows the path it
+refused and gives a located :class:`~ikdata.core.problems.Problem`), never a bare string.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Collection, Iterable
+
+from ikdata.core.errors import RecordError
+from ikdata.core.problems import Problem
+
+UNSAFE = "unsafe-path"  # the Problem code of every refusal
+RECORD_TOPS = ("definitions", "workloads", "reports")  # the folders of record files (as the manifest tracks)
+RECORD_FILES = ("receipts.jsonl",)  # record files at the top of a dataset
+_STATE_PREFIXES = (".ikdata", ".tmp-")  # state a dataset keeps for itself: staging, journals, locks, temp files
+
+
+class UnsafePath(RecordError):
+    """A path that breaks the path rule.
+
+    Attributes:
+        relative: the path as the record wrote it.
+        reason: what is wrong with it and what was expected.
+    """
+
+    def __init__(self, relative: str, reason: str, *, path: str | None = None, line: int | None = None,
+                 pointer: str | None = None) -> None:
+        super().__init__(reason, path=path, line=line, pointer=pointer)
+        self.relative, self.reason = relative, reason
+
+    def at(self, path: str | None, line: int | None = None, pointer: str | None = None) -> UnsafePath:
+        """The same refusal, located in the record that wrote the path."""
+        return UnsafePath(self.relative, self.reason, path=path, line=line, pointer=pointer)
+
+    def problem(self, where: str | None = None, line: int | None = None, pointer: str | None = None) -> Problem:
+        """The refusal as a Problem of ``where`` (default: the refused path itself)."""
+        return Problem(where or self.relative, self.reason, line, pointer, UNSAFE)
+
+
+def text_refusal(relative: object) -> UnsafePath | None:
+    """The refusal of a path by its text alone (absolute, backslash, '..', not normalised), or None."""
+    if not isinstance(relative, str) or not relative:
+        return UnsafePath(str(relative), f"path {relative!r} is empty or not a string; expected a path relative "
+                          "to the dataset root")
+    if relative.startswith(("/", "\\")) or (len(relative) > 1 and relative[1] == ":"):
+        return UnsafePath(relative, f"path {relative!r} is absolute; expected a path relative to the dataset root")
+    if "\\" in relative:
+        return UnsafePath(relative, f"path {relative!r} uses backslashes; expected '/' separators")
+    parts = relative.split("/")
+    if ".." in parts:
+        return UnsafePath(relative, f"path {relative!r} contains '..'; expected a path that stays inside the "
+                          "dataset")
+    if "." in parts or "" in parts or "\0" in relative:
+        return UnsafePath(relative, f"path {relative!r} is not normalised; expected no '.' or empty segments "
+                          f"(e.g. {'/'.join(p for p in parts if p not in ('', '.'))!r})")
+    return None
+
+
+def check_text(relative: object) -> str:
+    """``relative`` if its text obeys the path rule.
+
+    Raises:
+        UnsafePath: absolute, with a backslash or '..', or not normalised.
+    """
+    refusal = text_refusal(relative)
+    if refusal is not None:
+        raise refusal
+    return relative  # type: ignore[return-value]
+
+
+def record_path_refusal(relative: object) -> UnsafePath | None:
+    """The refusal of a path that should name a record file (a remote manifest's ``files`` key), or None.
+
+    Record files are ``receipts.jsonl`` and ``.json``/``.jsonl`` files under ``definitions/``,
+    ``workloads/`` and ``reports/``; never a dataset's own state (``.ikdata-*``, ``.tmp-*``).
+    """
+    refusal = text_refusal(relative)
+    if refusal is not None:
+        return refusal
+    assert isinstance(relative, str)
+    parts = relative.split("/")
+    if any(part.startswith(_STATE_PREFIXES) for part in parts):
+        return UnsafePath(relative, f"path {relative!r} names ikdata's own state, which is never shared; "
+                          "expected a definition, workload, receipt or report file")
+    if relative in RECORD_FILES:
+        return None
+    if len(parts) < 2 or parts[0] not in RECORD_TOPS or not relative.endswith((".json", ".jsonl")):
+        return UnsafePath(relative, f"path {relative!r} is not a record file; expected receipts.jsonl or a "
+                          f".json/.jsonl file under {', '.join(t + '/' for t in RECORD_TOPS)}")
+    return None
+
+
+class PathResolver:
+    """Resolve dataset-relative paths under one root, with each folder's real path computed once.
+
+    Make one per call site (a validation, a replay, an import): the cache assumes the
+    folders do not move while it lives.
+
+    Example:
+        >>> paths = PathResolver("runs/gemm")
+        >>> paths.resolve("blob/sha256/ab/ab12....safetensors")
+        PosixPath('runs/gemm/blob/sha256/ab/ab12....safetensors')
+    """
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+        self.real_root = os.path.realpath(self.root)
+        self._inside = self.real_root.rstrip(os.sep) + os.sep
+        self._real_dirs: dict[str, str] = {}
+
+    def real(self, relative: str) -> str:
+        """The real path of a textually safe ``relative`` (links followed; folders cached)."""
+        parent, _, name = relative.rpartition("/")
+        real_parent = self._real_dirs.get(parent)
+        if real_parent is None:
+            real_parent = self._real_dirs[parent] = os.path.realpath(self.root / parent)
+        real = os.path.join(real_parent, name)
+        return os.path.realpath(real) if os.path.islink(real) else real
+
+    def is_inside(self, real: str) -> bool:
+        """Whether a real path is the root or under it."""
+        return real == self.real_root or real.startswith(self._inside)
+
+    def refusal(self, relative: object, *, known_inside: bool = False) -> UnsafePath | None:
+        """Why ``relative`` may not be used (its text, or a link that leaves the dataset), or None.
+
+        ``known_inside``: a directory scan already found it as a regular file inside the dataset.
+        """
+        found = text_refusal(relative)
+        if found is not None or known_inside:
+            return found
+        assert isinstance(relative, str)
+        real = self.real(relative)
+        if not self.is_inside(real):
+            return UnsafePath(relative, f"path {relative!r} is a link that leaves the dataset (to {real})")
+        return None
+
+    def resolve(self, relative: object, *, where: str | None = None, line: int | None = None,
+                pointer: str | None = None) -> Path:
+        """The path under the root of a dataset-relative path that obeys the rule.
+
+        Raises:
+            UnsafePath: located at ``where``/``line``/``pointer`` when given.
+        """
+        refusal = self.refusal(relative)
+        if refusal is not None:
+            raise refusal.at(where, line, pointer) if where else refusal
+        return self.root / relative  # type: ignore[operator]
+
+    def resolve_all(self, relatives: Iterable[str], *,
+                    known_inside: Collection[str] = ()) -> dict[str, Path | UnsafePath]:
+        """:meth:`resolve` for many paths: path -> path under the root, or its refusal (not raised)."""
+        resolved: dict[str, Path | UnsafePath] = {}
+        for relative in relatives:
+            if relative not in resolved:
+                refusal = self.refusal(relative, known_inside=relative in known_inside)
+                resolved[relative] = refusal if refusal is not None else self.root / relative
+        return resolved
+
+    def record_file_refusal(self, path: Path, *, folder: bool = False) -> UnsafePath | None:
+        """Why a record file found under the root (a row file, a definition, receipts, a report, or with
+        ``folder`` the ``workloads/`` or ``definitions/`` folder itself) may not be read: once links are
+        followed it must be a regular file (a folder) inside the dataset. None: it may be read."""
+        relative = os.path.relpath(path, self.root).replace(os.sep, "/")
+        refusal = self.refusal(relative)
+        if refusal is not None:
+            return refusal
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            return UnsafePath(relative, f"cannot read {relative!r}: {exc.strerror or exc}")
+        if folder and not stat.S_ISDIR(mode):
+            return UnsafePath(relative, f"{relative!r} is not a folder")
+        if not folder and not stat.S_ISREG(mode):
+            return UnsafePath(relative, f"{relative!r} is not a regular file; expected a record file")
+        return None
+
+
+def resolve(root: str | os.PathLike, relative: object, *, where: str | None = None) -> Path:
+    """:meth:`PathResolver.resolve` for one path (no cache worth keeping)."""
+    return PathResolver(root).resolve(relative, where=where)
+
+
+__all__ = ["PathResolver", "RECORD_FILES", "RECORD_TOPS", "UNSAFE", "UnsafePath", "check_text",
+           "record_path_refusal", "resolve", "text_refusal"]
