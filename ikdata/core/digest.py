@@ -46,3 +46,18 @@ def parts_digest(parts: Any) -> str:
     for part in parts:
         h.update(part)
     return h.hexdigest()
+
+
+def line_prefix_digests(data: bytes) -> Any:
+    """Yield (length, hex sha256 of ``data[:length]``) for the empty prefix and each prefix that ends
+    just before or just after a newline, in one pass: which committed version a JSONL file grew from
+    by appends (:mod:`ikdata.core.layout`)."""
+    h = hashlib.sha256()
+    yield 0, h.hexdigest()
+    start = 0
+    while (end := data.find(b"\n", start)) >= 0:
+        h.update(data[start:end])
+        yield end, h.hexdigest()
+        h.update(b"\n")
+        yield end + 1, h.hexdigest()
+        start = end + 1

@@ -1,15 +1,45 @@
-"""Creating and repairing dataset folders."""
+"""Creating dataset folders, and repairing what a killed writer left in one.
+
+:func:`repair_dataset` finishes every writer, under the exclusive dataset lock, in this order:
+
+1. an import: its committed journal is rolled forward, uncommitted staging dropped (:mod:`ikdata.core.journal`);
+2. torn and malformed JSONL lines are set aside into ``FILE.rejected`` (:func:`ikdata.core.jsonl.repair`);
+3. receipts whose workload row never landed (a writer killed between its two appends) are set
+   aside into ``receipts.jsonl.rejected``: a receipt without its row is the incomplete part;
+4. a gc killed mid-deletion (its marker ``.ikdata-gc.json``, written before the first unlink)
+   is finished: the blobs it chose that nothing references now are deleted;
+5. the manifest, the commit marker, is rolled forward when the files differ from it only as
+   writers change them: lines appended to JSONL files (a capture whose commit never ran), new
+   definition, workload and report files, reports rewritten (replay), blobs added or collected.
+   A listed file rewritten or deleted otherwise is nobody's unfinished work: repair leaves the
+   manifest alone and says why, so ``validate`` keeps showing the change (``ikdata manifest DIR``
+   accepts it when it was meant).
+
+:func:`pending_repair` is the read-only half: what ``validate`` names when it says "run ikdata repair".
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
 
 from ikdata.core import jsonl, manifest
-from ikdata.core.dataset import RECEIPTS
-from ikdata.core.errors import UsageError
+from ikdata.core.dataset import IKDATA, RECEIPTS, Dataset, detect_layout
+from ikdata.core.digest import line_prefix_digests
+from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.locking import dataset_lock
+from ikdata.core.store import write_atomic
+
+GC_MARKER = ".ikdata-gc.json"
+GC_FORMAT = "ikdata-gc/1"
+_BLOB_PATH = re.compile(r"^blob/sha256/[0-9a-f]{2}/[0-9a-f]{64}\.safetensors$")
+_REWRITTEN_BY_WRITERS = ("reports/",)  # replay rewrites its report atomically; nothing else rewrites a file
 
 
 def init_dataset(path: str | os.PathLike, *, name: str | None = None, description: str | None = None) -> str:
@@ -30,21 +60,207 @@ def init_dataset(path: str | os.PathLike, *, name: str | None = None, descriptio
         return manifest.write(root, name=name, description=description)
 
 
+# -- gc's marker ------------------------------------------------------------------------------------
+
+
+def mark_gc(root: Path, blobs: Iterable[str]) -> None:
+    """Record the blobs a gc is about to delete, before the first unlink (gc holds the exclusive lock)."""
+    write_atomic(root / GC_MARKER, [orjson.dumps({"format": GC_FORMAT, "blobs": sorted(blobs)})])
+
+
+def clear_gc_mark(root: Path) -> None:
+    """gc finished (its manifest is written): forget the marker."""
+    (root / GC_MARKER).unlink(missing_ok=True)
+
+
+def _finish_gc(root: Path) -> int | None:
+    """Delete what a killed gc chose and nothing references now; None when no gc was interrupted."""
+    marker = root / GC_MARKER
+    if not marker.is_file():
+        return None
+    try:
+        chosen = orjson.loads(marker.read_bytes()).get("blobs", [])
+    except (orjson.JSONDecodeError, AttributeError):
+        chosen = []  # a marker gc never finished writing: it had deleted nothing yet
+    references = Dataset(root, IKDATA).blob_references()
+    deleted = 0
+    if not references.problems:  # unreadable lines might name a chosen blob: delete nothing then
+        used = {os.path.normpath(p).replace(os.sep, "/") for p in references.paths}
+        for rel in chosen:
+            if isinstance(rel, str) and _BLOB_PATH.match(rel) and rel not in used:
+                try:
+                    (root / rel).unlink()
+                    deleted += 1
+                except FileNotFoundError:
+                    pass
+    marker.unlink()
+    return deleted
+
+
+# -- receipts without rows --------------------------------------------------------------------------
+
+
+def _orphan_receipt_lines(root: Path) -> list[int]:
+    """Lines of ``receipts.jsonl`` whose uuid no workload row holds."""
+    path = root / RECEIPTS
+    if not path.is_file():
+        return []
+    uuids = set()
+    for rows in sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []:
+        for _, record in jsonl.read(rows).records:
+            workload = record.get("workload") if isinstance(record, dict) else None
+            if isinstance(workload, dict):
+                uuids.add(workload.get("uuid"))
+    return [line for line, record in jsonl.read(path).records
+            if isinstance(record, dict) and record.get("uuid") not in uuids]
+
+
+def _set_aside_lines(path: Path, numbers: list[int]) -> jsonl.RepairResult:
+    """Move the given lines, verbatim, to ``FILE.rejected`` and rewrite the file without them."""
+    drop = set(numbers)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        lines = os.pread(fd, os.fstat(fd).st_size, 0).split(b"\n")
+        tail = lines.pop()  # b"" after a final newline (repair ran before: no torn tail is left)
+        kept = [raw + b"\n" for n, raw in enumerate(lines, 1) if n not in drop]
+        gone = [raw + b"\n" for n, raw in enumerate(lines, 1) if n in drop]
+        sidecar = path.with_name(path.name + ".rejected")
+        with open(sidecar, "ab") as stream:
+            stream.write(b"".join(gone))
+            stream.flush()
+            os.fsync(stream.fileno())
+        write_atomic(path, kept + ([tail] if tail else []))
+    finally:
+        os.close(fd)
+    return jsonl.RepairResult(str(path), tuple(sorted(drop)), str(sidecar))
+
+
+# -- the manifest -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManifestState:
+    """How the manifest stands against the files.
+
+    Attributes:
+        stale: the manifest is missing (in an ikdata dataset with content) or disagrees with the files.
+        refusals: why the difference is not a writer's unfinished work (then repair does not touch it).
+    """
+
+    stale: bool
+    refusals: tuple[str, ...] = ()
+
+    @property
+    def can_roll_forward(self) -> bool:
+        return self.stale and not self.refusals
+
+
+def manifest_state(root: str | os.PathLike) -> ManifestState:
+    """Compare the manifest with the files, and say whether bringing it up to date finishes a writer."""
+    root = Path(root)
+    try:
+        old = manifest.read(root)
+    except RecordError as exc:
+        return ManifestState(True, (f"{manifest.MANIFEST} is unreadable ({exc}); rebuild it with "
+                                    f"'ikdata manifest {root}'",))
+    if old is None:
+        has_content = bool(manifest.tracked_files(root)) or any(True for _ in Dataset(root, IKDATA).store.iter_blobs())
+        return ManifestState(detect_layout(root) == IKDATA and has_content)
+    actual = manifest.build(root)
+    if all(actual[k] == old.get(k) for k in ("files", "blobs", "counts")):
+        return ManifestState(False)
+    refusals = []
+    for path, digest in sorted(old["files"].items()):
+        if actual["files"].get(path) == digest or path.startswith(_REWRITTEN_BY_WRITERS):
+            continue
+        if path not in actual["files"]:
+            refusals.append(f"{path} is listed in {manifest.MANIFEST} but gone")
+        elif not (path.endswith(".jsonl") and _grew_from(root / path, digest)):
+            refusals.append(f"{path} was changed, not only appended to, since the manifest was written")
+    return ManifestState(True, tuple(refusals))
+
+
+def _grew_from(path: Path, digest: str) -> bool:
+    """True when the file is the version with this digest plus appended lines."""
+    return any(found == digest for _, found in line_prefix_digests(path.read_bytes()))
+
+
+# -- repair -----------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class RepairReport:
-    """What ``repair`` did: lines set aside per file, and how a killed import was finished."""
+    """What ``repair`` did.
+
+    Attributes:
+        lines: torn, malformed and orphaned lines set aside, per file.
+        import_recovery: "rolled-forward", "discarded", or None.
+        receipts_set_aside: receipts whose row never landed, moved to ``receipts.jsonl.rejected``.
+        gc_deleted: blobs deleted to finish a killed gc (None: no gc was interrupted).
+        manifest: "rolled-forward" (brought up to date), "written" (a dataset that had none), or None.
+        refusals: why the manifest was left as it is although it disagrees with the files.
+        definitions_reordered: definition files rewritten in ``run``'s order (same digest;
+            :func:`ikdata.core.definitions.reorder_definitions`).
+    """
 
     lines: tuple[jsonl.RepairResult, ...]
     import_recovery: str | None  # "rolled-forward", "discarded", or None
+    receipts_set_aside: int = 0
+    gc_deleted: int | None = None
+    manifest: str | None = None
+    refusals: tuple[str, ...] = ()
+    definitions_reordered: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.lines or self.import_recovery)
+        return bool(self.lines or self.import_recovery or self.gc_deleted is not None or self.manifest
+                    or self.definitions_reordered)
+
+    @property
+    def ok(self) -> bool:
+        """Everything found was finished (nothing refused)."""
+        return not self.refusals
+
+    def notes(self) -> list[str]:
+        """One line per thing done or refused beyond imports and torn lines (those have their own)."""
+        notes = []
+        if self.receipts_set_aside:
+            notes.append(f"set aside {self.receipts_set_aside} receipt(s) whose workload row was never written "
+                         f"(into {RECEIPTS}.rejected)")
+        if self.gc_deleted is not None:
+            notes.append(f"finished a gc that was killed mid-deletion ({self.gc_deleted} more blob(s) deleted)")
+        if self.manifest == "rolled-forward":
+            notes.append(f"brought {manifest.MANIFEST} up to date with what writers added since it was written "
+                         "(a capture, replay or gc that did not commit)")
+        elif self.manifest == "written":
+            notes.append(f"wrote the missing {manifest.MANIFEST}")
+        notes += [f"left {manifest.MANIFEST} as it is: {reason}" for reason in self.refusals]
+        return notes
+
+    def to_dict(self) -> dict:
+        return {"changed": self.changed, "ok": self.ok, "import_recovery": self.import_recovery,
+                "lines": [{"path": r.path, "removed_lines": list(r.removed_lines), "set_aside": r.set_aside}
+                          for r in self.lines],
+                "receipts_set_aside": self.receipts_set_aside, "gc_deleted": self.gc_deleted,
+                "manifest": self.manifest, "refusals": list(self.refusals), "notes": self.notes(),
+                "definitions_reordered": list(self.definitions_reordered)}
 
 
 def repair_dataset(path: str | os.PathLike) -> RepairReport:
-    """Finish a killed import (roll its journal forward, or drop uncommitted staging), set aside
-    torn and malformed lines of every JSONL file, then refresh the manifest."""
+    """Finish every killed writer (import, capture, replay, gc) and set aside what cannot be finished.
+
+    Returns:
+        What was done, and why the manifest was left alone where it was (``refusals``).
+
+    Raises:
+        UsageError: no such folder.
+
+    Example:
+        >>> report = repair_dataset("runs/gemm")
+        >>> report.notes()
+    """
+    from ikdata.core.definitions import reorder_definitions
     from ikdata.core.journal import recover
 
     root = Path(path)
@@ -52,9 +268,55 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
         raise UsageError(f"{root}: no such dataset folder")
     with dataset_lock(root, exclusive=True):
         recovery = recover(root, locked=True)
+        state = manifest_state(root)  # judged on the files as the writers left them, before any repair
         files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
         files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
-        results = tuple(r for r in (jsonl.repair(f) for f in files) if r.removed_lines)
-        if results and (root / manifest.MANIFEST).exists():
+        results = [r for r in (jsonl.repair(f) for f in files) if r.removed_lines]
+        orphans = _orphan_receipt_lines(root) if detect_layout(root) == IKDATA else []
+        if orphans:
+            results.append(_set_aside_lines(root / RECEIPTS, orphans))
+        gc_deleted = _finish_gc(root)
+        reordered = reorder_definitions(root) if detect_layout(root) == IKDATA else ()
+        has_manifest = (root / manifest.MANIFEST).exists()
+        written = None
+        if state.can_roll_forward or (has_manifest and not state.refusals
+                                      and (results or gc_deleted is not None or reordered)):
             manifest.write(root)
-    return RepairReport(results, recovery)
+            written = "rolled-forward" if has_manifest else "written"
+    return RepairReport(tuple(results), recovery, len(orphans), gc_deleted, written, state.refusals,
+                        tuple(reordered))
+
+
+def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = None) -> list[str]:
+    """What a killed writer left that :func:`repair_dataset` would finish, in words (read-only, no lock).
+
+    ``manifest_stale=False`` (the caller has just found the manifest in agreement with the files)
+    skips comparing them again.
+    """
+    from ikdata.core.journal import STAGING, JOURNAL
+
+    root = Path(root)
+    found = []
+    if (root / STAGING / JOURNAL).is_file():  # staging without a journal changes nothing: not reported
+        found.append("an import was killed after its commit point")
+    if (root / GC_MARKER).is_file():
+        found.append("a gc was killed mid-deletion")
+    state = manifest_state(root) if manifest_stale is not False else ManifestState(False)
+    if state.can_roll_forward:
+        found.append(f"{manifest.MANIFEST} does not yet list what a capture, replay or gc wrote after it"
+                     if (root / manifest.MANIFEST).exists() else f"the dataset has no {manifest.MANIFEST}")
+    return found
+
+
+def repair_hint(root: str | os.PathLike, *, manifest_stale: bool | None = None) -> str | None:
+    """The sentence ``validate`` adds when :func:`pending_repair` finds something, naming the real folder."""
+    import shlex
+
+    found = pending_repair(root, manifest_stale=manifest_stale)
+    if not found:
+        return None
+    return f"{'; '.join(found)}: run 'ikdata repair {shlex.quote(str(root))}' to finish it"
+
+
+__all__ = ["GC_MARKER", "ManifestState", "RepairReport", "clear_gc_mark", "init_dataset", "manifest_state",
+           "mark_gc", "pending_repair", "repair_dataset", "repair_hint"]
