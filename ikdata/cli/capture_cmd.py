@@ -49,6 +49,9 @@ def capture(
     model: Annotated[Optional[str], typer.Option("--model", help="Model name for the receipts.")] = None,
     model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="Model revision.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="A failing hook raises in the program (for tests).")] = False,
+    streams: Annotated[Optional[list[str]], typer.Option(
+        "--streams", help="Diffusion latent streams to record in trajectories, e.g. video,audio (default: all).")] = None,
+    json_: JsonOpt = False, quiet: QuietOpt = False,
 ) -> None:
     """Run CMD with capture on in it and every Python process it starts; commit and summarise."""
     from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
@@ -60,9 +63,13 @@ def capture(
         steps=parse_steps(steps) if steps is not None else None, step_module=step_module,
         max_per_definition=max_per_definition, max_bytes=parse_size(max_bytes) if max_bytes is not None else None,
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
-        provenance=provenance)
-    result = run_capture(config, command)
-    out.table(f"captured into {into}", ["definition", "workloads"], sorted(result.counts.items()))
+        provenance=provenance, streams=_split(streams))
+    o = out.Output(json=json_, quiet=quiet)
+    with out.stdout_to_stderr(json_):  # the program's own output must not mix with the JSON document
+        result = run_capture(config, command)
+    if json_:
+        out.emit_json({"into": str(into), **dataclasses.asdict(result)})
+    o.table(f"captured into {into}", ["definition", "workloads"], sorted(result.counts.items()))
     for failure in result.failures:
         out.err_console.print(f"failed in process {failure['pid']}: {failure['definition']}: {failure['message']}",
                               markup=False)

@@ -68,42 +68,66 @@ def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annota
 
 
 @app.command()
-def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(help="Workload uuid (a unique prefix is enough).")],
-         definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(
+        help="Workload uuid or trajectory id (a unique prefix is enough).")],
+         definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Show one workload: its row, its receipt and its blobs."""
     from ikdata.ops.inspect import describe_workload
 
-    document = describe_workload(open_dataset(path, definitions), uuid)
-    if json_:
-        out.emit_json(document)
+    o = out.Output(json=json_, quiet=quiet)
+    ds = open_dataset(path, definitions)
+    from ikdata.ops.trajectories import describe as describe_trajectory
+
+    trajectory = describe_trajectory(ds, uuid)  # a diffusion trajectory id (prefix) shows the trajectory
+    if trajectory is not None:
+        from ikdata.cli._trajectory import print_trajectory
+
+        o.result(trajectory, lambda: print_trajectory(trajectory))
         return
-    row = document["row"]
-    out.info(f"workload {row['workload']['uuid']}  definition {row['definition']}  ({document['source']})")
-    out.table("inputs", ["name", "descriptor", "dtype", "shape"],
-              [(n, d["descriptor"], d.get("dtype", ""), d.get("shape", "")) for n, d in document["inputs"].items()])
-    for receipt in document["receipts"]:
-        facts = {k: v for k, v in receipt.items() if k not in ("expected_output", "uuid", "definition")}
-        out.info("receipt: " + ", ".join(f"{k}={v}" for k, v in sorted(facts.items())))
+    document = describe_workload(ds, uuid)
+
+    def human() -> None:
+        row = document["row"]
+        out.info(f"workload {row['workload']['uuid']}  definition {row['definition']}  ({document['source']})")
+        out.table("inputs", ["name", "descriptor", "dtype", "shape"],
+                  [(n, d["descriptor"], d.get("dtype", ""), d.get("shape", ""))
+                   for n, d in document["inputs"].items()])
+        for receipt in document["receipts"]:
+            facts = {k: v for k, v in receipt.items() if k not in ("expected_output", "uuid", "definition")}
+            out.info("receipt: " + ", ".join(f"{k}={v}" for k, v in sorted(facts.items())))
+
+    o.result(document, human)
+    o.problems(ds.problems)
+    o.exit(ds.problems)
 
 
 @app.command()
 def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None,
-          json_: JsonOpt = False) -> None:
-    """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio."""
+          json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio.
+
+    Exit 1 if a line could not be read (the figures then leave it out).
+    """
     from ikdata.ops.stats import compute
 
+    o = out.Output(json=json_, quiet=quiet)
     ds = open_dataset(path, definitions, ctx=ctx, blobs="sizes")
     result = compute(ds)
-    if json_:
-        out.emit_json(result.to_dict())
-        return
-    out.table(f"{path} ({result.layout} layout)", ["definition", "workloads"],
-              sorted(result.workloads_per_definition.items()))
-    out.info(f"definitions {result.definitions} · workloads {result.workloads} · receipts {result.receipts} · "
-             f"unique blobs {result.unique_blobs} · stored {out.human_bytes(result.stored_bytes)} · "
-             f"referenced {out.human_bytes(result.referenced_bytes)} · dedup ×{result.dedup_ratio:.2f}")
-    if ds.problems:
-        out.problems(ds.problems)
+
+    def human() -> None:
+        out.table(f"{path} ({result.layout} layout)", ["definition", "workloads"],
+                  sorted(result.workloads_per_definition.items()))
+        out.info(f"definitions {result.definitions} · workloads {result.workloads} · receipts {result.receipts} · "
+                 f"unique blobs {result.unique_blobs} · stored {out.human_bytes(result.stored_bytes)} · "
+                 f"referenced {out.human_bytes(result.referenced_bytes)} · dedup ×{result.dedup_ratio:.2f}")
+        from ikdata.cli._trajectory import trajectory_line
+
+        if trajectory_line(result.trajectories):
+            out.info(trajectory_line(result.trajectories))
+
+    o.result(result.to_dict(), human)
+    o.problems(ds.problems)
+    o.exit(ds.problems)
 
 
 @app.command()

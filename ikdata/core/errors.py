@@ -11,6 +11,7 @@
       ProblemsFound         a check found problems (.problems)
       MergeConflict         an import that would overwrite different content (.paths)
       RemoteError           a remote that cannot be reached or read (.url)
+      FileSystemError       the OS refused a read or write (.filename, .operation, .errno); also an OSError
 
 Every message says where, what, and what to do. The CLI formats these in one
 place; library code raises them with the facts as attributes.
@@ -18,6 +19,8 @@ place; library code raises them with the facts as attributes.
 
 from __future__ import annotations
 
+import errno as _errno
+import os
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
@@ -109,3 +112,48 @@ class RemoteError(IkdataError):
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(f"{url}: {message}")
         self.url = url
+
+
+# errno -> (what happened, what to do); the cases a user can act on
+_OS_REASONS = {
+    _errno.ENOSPC: ("the disk is full (ENOSPC)", "free some space, then run the command again"),
+    _errno.EDQUOT: ("the disk quota is exhausted (EDQUOT)", "free some space, then run the command again"),
+    _errno.EFBIG: ("the file would exceed the file-size limit (EFBIG)",
+                   "raise the limit ('ulimit -f') or write elsewhere, then run the command again"),
+    _errno.EROFS: ("the file system is read-only (EROFS)", "use a writable folder"),
+    _errno.EACCES: ("permission denied (EACCES)", "check the owner and mode of the file and its folder"),
+    _errno.EPERM: ("operation not permitted (EPERM)", "check the owner and mode of the file and its folder"),
+    _errno.EISDIR: ("it is a folder, not a file (EISDIR)", "check the path"),
+    _errno.ENOTDIR: ("a part of the path is a file, not a folder (ENOTDIR)", "check the path"),
+    _errno.ENOENT: ("no such file or folder (ENOENT)", "check the path"),
+    _errno.EMFILE: ("too many open files (EMFILE)", "raise 'ulimit -n', then run the command again"),
+    _errno.EIO: ("an input/output error (EIO)", "check the disk"),
+}
+
+
+def describe_os_error(exc: OSError, operation: str | None = None) -> str:
+    """One line for an OSError: the file(s), the operation, what the OS said, and what to do.
+
+    Example:
+        >>> describe_os_error(OSError(28, "No space left on device", "ds/blob/x"), "write")
+        'ds/blob/x: cannot write: the disk is full (ENOSPC); free some space, then run the command again'
+    """
+    reason, hint = _OS_REASONS.get(exc.errno, (exc.strerror or str(exc) or type(exc).__name__, ""))
+    where = os.fsdecode(exc.filename) if exc.filename is not None else ""
+    if getattr(exc, "filename2", None) is not None:
+        where += f" -> {os.fsdecode(exc.filename2)}"
+    text = f"cannot {operation}: {reason}" if operation else reason
+    return (f"{where}: {text}" if where else text) + (f"; {hint}" if hint else "")
+
+
+class FileSystemError(IkdataError, OSError):
+    """The operating system refused an operation on a file (disk full, size limit, read-only,
+    permission). An OSError too (same errno and filename), so code that handles OSError still does."""
+
+    def __init__(self, exc: OSError, *, operation: str, filename: str | os.PathLike | None = None) -> None:
+        name = filename if filename is not None else exc.filename
+        OSError.__init__(self, exc.errno, exc.strerror, None if name is None else os.fspath(name))
+        self.operation = operation
+
+    def __str__(self) -> str:
+        return describe_os_error(self, self.operation)

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
+from ikdata.core.errors import FileSystemError
 from ikdata.core.problems import Problem
 
 
@@ -33,7 +34,15 @@ def append(path: str | os.PathLike, records: Iterable[Any], *, fsync: bool = Tru
     payload = b"".join(dumps(r) + b"\n" for r in records)
     if not payload:
         return
-    path = Path(path)
+    try:
+        _append(Path(path), payload, fsync=fsync)
+    except FileSystemError:
+        raise
+    except OSError as exc:  # one line naming the file
+        raise FileSystemError(exc, operation="append to", filename=path) from exc
+
+
+def _append(path: Path, payload: bytes, *, fsync: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -177,11 +186,21 @@ def repair(path: str | os.PathLike) -> RepairResult:
         if not bad:
             return RepairResult(str(path), (), None)
         sidecar = path.with_name(path.name + ".rejected")
-        with open(sidecar, "ab") as stream:
-            stream.write(b"".join(raw + b"\n" for _, raw in bad))
-            stream.flush()
-            os.fsync(stream.fileno())
-        write_atomic(path, good)
+        kept = sidecar.stat().st_size if sidecar.exists() else None
+        try:
+            with open(sidecar, "ab") as stream:
+                stream.write(b"".join(raw + b"\n" for _, raw in bad))
+                stream.flush()
+                os.fsync(stream.fileno())
+            write_atomic(path, good)
+        except OSError as exc:  # disk full, size limit: the file and its sidecar stay as they were
+            if kept is None:
+                sidecar.unlink(missing_ok=True)
+            else:
+                os.truncate(sidecar, kept)
+            if isinstance(exc, FileSystemError):
+                raise
+            raise FileSystemError(exc, operation="set lines aside into", filename=sidecar) from exc
         return RepairResult(str(path), tuple(n for n, _ in bad), str(sidecar))
     finally:
         os.close(fd)

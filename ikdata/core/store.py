@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ikdata.core.digest import tensor_digest, tensor_prefix
-from ikdata.core.errors import BlobCorrupted, BlobNotFound, StoreError
+from ikdata.core.errors import BlobCorrupted, BlobNotFound, FileSystemError, StoreError
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import (BLOB_KEY, DTYPES, MAX_HEADER_BYTES, FormatError, TensorEntry,
                                        encode_header, parse_header)
@@ -97,7 +97,24 @@ def raw_tensor(value: Any) -> RawTensor:
 
 
 def write_atomic(path: Path, chunks: Iterable[Any]) -> None:
-    """Write bytes to a unique temp file beside ``path``, fsync, and rename it into place."""
+    """Write bytes to a unique temp file beside ``path``, fsync, and rename it into place.
+
+    Raises:
+        FileSystemError: the OS refused (disk full, file-size limit, read-only, permission); it
+            names ``path`` (or the folder that could not be made), and no temp file is left behind.
+    """
+    try:
+        _write_atomic(path, chunks)
+    except FileSystemError:
+        raise
+    except OSError as exc:
+        named = exc.filename
+        if named is None or os.path.basename(os.fsdecode(named)).startswith(".tmp-"):
+            named = path  # the temp file is an implementation detail; the user knows the target
+        raise FileSystemError(exc, operation="write", filename=named) from exc
+
+
+def _write_atomic(path: Path, chunks: Iterable[Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:

@@ -41,7 +41,7 @@ from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import UsageError
 from ikdata.importing.foreign import LeftOut
 from ikdata.core.faults import checkpoint
-from ikdata.core.journal import STAGING, recover, roll_forward, write_journal
+from ikdata.core.journal import JOURNAL, STAGING, recover, roll_forward, write_journal
 from ikdata.core.locking import LOCK_FILE, dataset_lock
 from ikdata.importing.plan import ImportPlan, plan_import, raise_refusals
 from ikdata.core.safetensors_format import encode_header
@@ -148,7 +148,12 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
         if plan.is_noop:
             return _result(plan, src, dst, dataset_id=manifest.current_id(dst))
         parent = {"id": plan.source.dataset_id, **hop}
-        linked, copied = _stage_and_commit(plan, dst, parent)
+        try:
+            linked, copied = _stage_and_commit(plan, dst, parent)
+        except BaseException:  # disk full, size limit...: before the commit point, leave nothing behind
+            if not (dst / STAGING / JOURNAL).is_file():
+                shutil.rmtree(dst / STAGING, ignore_errors=True)
+            raise
         dataset_id = roll_forward(dst)
     return _result(plan, src, dst, linked=linked, copied=copied, dataset_id=dataset_id)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ikdata.core.dataset import Dataset
+from ikdata.core.errors import ProblemsFound
 from ikdata.core.records import TensorRef
 from ikdata.core.store import digest_from_path
 
@@ -54,12 +55,23 @@ def _descriptor(d: Any) -> Any:
 
 
 def _contents(ds: Dataset) -> dict[str, tuple[str, Any]]:
-    """uuid -> (definition, comparable content of the row and its receipt's expected outputs)."""
+    """uuid -> (definition, comparable content of the row and its receipt's expected outputs).
+
+    Records are schema-checked first: a malformed one (a JSON array, a bare string, a row
+    without a uuid) is a problem, never a ``KeyError``.
+
+    Raises:
+        ProblemsFound: some record cannot be read; the dataset cannot be compared as it is.
+    """
     receipts = {r.uuid: {k: _descriptor(v) for k, v in r.expected_output.items()}
-                for r in ds.receipts(validate=False)}
-    return {row.uuid: (row.definition, (row.axes, {k: _descriptor(v) for k, v in row.inputs.items()},
-                                        receipts.get(row.uuid)))
-            for row in ds.workloads(validate=False)}
+                for r in ds.receipts(validate=True)}
+    contents = {row.uuid: (row.definition, (row.axes, {k: _descriptor(v) for k, v in row.inputs.items()},
+                                            receipts.get(row.uuid)))
+                for row in ds.workloads(validate=True)}
+    if ds.problems:
+        raise ProblemsFound(ds.problems, f"{ds.root}: cannot compare, {len(ds.problems)} record(s) cannot be "
+                            f"read; run 'ikdata validate {ds.root}' and fix them (or 'ikdata repair')")
+    return contents
 
 
 def diff(a: str | os.PathLike, b: str | os.PathLike) -> DatasetDiff:

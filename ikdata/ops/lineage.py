@@ -48,8 +48,9 @@ class Chain:
 
 
 def trace(path: str | os.PathLike, key: str) -> list[Chain]:
-    """The chain of the workload with uuid ``key`` (a unique prefix is enough), or of every
-    workload that uses the blob with digest ``key``.
+    """The chain of the workload with uuid ``key`` (a unique prefix is enough), of every
+    workload that uses the blob with digest ``key``, or of the workloads of a diffusion trajectory's
+    steps (``TRAJECTORY[:STEP[:STREAM]]``).
 
     Raises:
         UsageError: no workload has this uuid or uses this digest, or the prefix is ambiguous.
@@ -57,6 +58,11 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     Example:
         >>> [c.capture["host"] for c in trace("shared/gemm", "3f2a")]
     """
+    from ikdata.ops.trajectories import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
+
+    stepped = None if DIGEST_RE.match(key) else step_chains(path, key, trace)
+    if stepped is not None:
+        return stepped
     ds = Dataset.open(path)
     if not DIGEST_RE.match(key):
         indexed = lookup(ds, key)  # the index: a few lookups and seeks, whatever the number of rows

@@ -26,6 +26,7 @@ class ValidationReport:
     definitions: int = 0
     workloads: int = 0
     receipts: int = 0
+    trajectories: int = 0
     blobs_checked: int = 0
     blobs_rehashed: int = 0
     deep: bool = False
@@ -36,7 +37,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "deep": self.deep, "definitions": self.definitions,
-                "workloads": self.workloads, "receipts": self.receipts,
+                "workloads": self.workloads, "receipts": self.receipts, "trajectories": self.trajectories,
                 "blobs_checked": self.blobs_checked, "blobs_rehashed": self.blobs_rehashed,
                 "problems": [p.to_dict() for p in self.problems]}
 
@@ -170,13 +171,23 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
                                  f"output {name!r} of {receipt.definition!r}"))
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += ds.problems
+    from ikdata.ops.trajectories import validate_trajectories  # diffusion trajectories and model records
 
-    _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash)
+    found, trajectory_uses, report.trajectories = validate_trajectories(ds, set(rows_by_uuid))
+    problems += found
+    uses += [_Use(*use) for use in trajectory_uses]
+
+    _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash, progress=progress)
 
     if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
+        from ikdata.core.layout import repair_hint
         from ikdata.core.manifest import check_manifest
 
-        problems += check_manifest(ds)
+        stale = check_manifest(ds)
+        problems += stale
+        hint = repair_hint(ds.root, manifest_stale=bool(stale))  # a killed writer that repair can finish
+        if hint:
+            problems.append(Problem("ikdata.json", hint, code="needs-repair"))
 
 
 def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
