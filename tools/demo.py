@@ -77,6 +77,16 @@ def main() -> None:
     listing = json.loads(run("list shared workloads", ["ls", str(shared), "--json"], steps, capture_json=True))
     if listing:
         run("lineage of one workload", ["lineage", str(shared), listing[0]["uuid"]], steps)
+    clip = out / "capture-clip"  # a diffusion pipeline: every denoising step of both streams, as a trajectory
+    run("capture tiny LTX-2 text-to-video", ["capture", "--into", str(clip), "--max-per-definition", "3", "--",
+                                             sys.executable, str(examples / "tiny_video.py"), str(out / "clip.mp4")],
+        steps)
+    run("validate --deep clip capture", ["validate", "--deep", str(clip)], steps)
+    trajectory = next((json.loads(line)["trajectory"] for f in sorted((clip / "trajectories").glob("*.jsonl"))
+                       for line in f.read_text().splitlines()[:1]), None)
+    if trajectory:
+        run("show the trajectory", ["show", str(clip), trajectory[:12]], steps)
+        run("lineage of its step 0 (video)", ["lineage", str(clip), f"{trajectory[:12]}:0:video"], steps)
     summary(steps)
     print(f"\nDatasets are in {out}. Try: ikdata show {shared} {listing[0]['uuid'][:8] if listing else 'UUID'}")
 

@@ -75,10 +75,47 @@ def abort_open() -> None:
 
 
 def patch_loaded() -> None:
-    """Patch the classes of every Diffusers module loaded so far (modules still loading: when they finish)."""
+    """Patch the classes of every Diffusers module loaded so far (modules still loading: when they finish),
+    every subclass of the pipeline and scheduler bases already defined elsewhere (a program's own
+    pipeline), and every subclass defined later (through the bases' ``__init_subclass__``)."""
     for name, module in list(sys.modules.items()):
         if name == "diffusers" or name.startswith("diffusers."):
             _patch_or_defer(name, module)
+    for module_name, base_name in _BASES:
+        base = getattr(sys.modules.get(module_name), base_name, None)
+        if isinstance(base, type):
+            _patch_subclasses(base)
+            _hook_subclassing(base)
+
+
+_BASES = (("diffusers.pipelines.pipeline_utils", "DiffusionPipeline"),
+          ("diffusers.modular_pipelines.modular_pipeline", "ModularPipeline"),
+          ("diffusers.schedulers.scheduling_utils", "SchedulerMixin"))
+
+
+def _patch_subclasses(base: type) -> None:
+    stack = list(base.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        _patch_class(cls)
+
+
+def _hook_subclassing(base: type) -> None:
+    """Classes defined after capture started (a program's own pipeline or scheduler) are patched as created."""
+    if base.__dict__.get("__ikdata_subclass_hook__"):
+        return
+    previous = base.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls: type, **kwargs: Any) -> None:
+        if previous is not None:
+            previous.__func__(cls, **kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        _patch_class(cls)
+
+    base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+    base.__ikdata_subclass_hook__ = True  # type: ignore[attr-defined]
 
 
 def _patch_or_defer(name: str, module: Any) -> None:
@@ -94,16 +131,22 @@ def patch_module(module: Any) -> int:
     """Patch the pipeline and scheduler classes a module defines; return how many were patched."""
     count = 0
     for value in list(vars(module).values()):
-        if not isinstance(value, type) or value.__module__ != module.__name__ or value in _PATCHED:
-            continue
-        bases = {c.__name__ for c in value.__mro__[1:]}
-        if bases & set(SCHEDULER_BASES) and callable(value.__dict__.get("step")):
-            _wrap(value, "step", _step_wrapper)
-            count += 1
-        elif bases & set(PIPELINE_BASES) and callable(value.__dict__.get("__call__")):
-            _wrap(value, "__call__", _call_wrapper)
-            count += 1
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            count += _patch_class(value)
     return count
+
+
+def _patch_class(cls: type) -> int:
+    if cls in _PATCHED:
+        return 0
+    bases = {c.__name__ for c in cls.__mro__[1:]}
+    if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("step")):
+        _wrap(cls, "step", _step_wrapper)
+        return 1
+    if bases & set(PIPELINE_BASES) and callable(cls.__dict__.get("__call__")):
+        _wrap(cls, "__call__", _call_wrapper)
+        return 1
+    return 0
 
 
 def _wrap(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
@@ -204,6 +247,9 @@ class _PatchingLoader(importlib.abc.Loader):
         try:
             with _LOCK:
                 patch_module(module)
+                for module_name, base_name in _BASES:
+                    if module.__name__ == module_name and isinstance(getattr(module, base_name, None), type):
+                        _hook_subclassing(getattr(module, base_name))
                 for name in list(_PENDING):
                     if name in sys.modules:
                         _patch_or_defer(name, sys.modules[name])

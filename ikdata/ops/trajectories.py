@@ -184,3 +184,26 @@ def step_chains(path: Any, key: str, trace: Callable[[Any, str], list]) -> list 
 
 
 __all__ = ["validate_trajectories", "describe", "count", "TrajectoryCounts", "step_chains"]
+
+
+def ids(root: Any) -> set[str]:
+    """The ids of the trajectories a dataset holds now (for a capture's summary)."""
+    from pathlib import Path
+
+    if not Path(root).is_dir():
+        return set()
+    return {t.id for t in read_all(root, validate=False).trajectories if isinstance(t.record.get("trajectory"), str)}
+
+
+def capture_summary(root: Any, before: set[str]) -> list[str]:
+    """One line per trajectory added since ``before``: pipeline, steps per stream, noise check, id."""
+    lines = []
+    for traj in read_all(root, validate=False).trajectories:
+        if traj.id in before:
+            continue
+        s = traj.summary()
+        steps = ", ".join(f"{k} {v}/{s['expected_steps']}" for k, v in s["steps"].items())
+        check = ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in (s["noise_check"] or {}).items())
+        lines.append(f"trajectory {traj.id[:12]} {s['pipeline']} {s['status']}: steps {steps}; noise is the recipe's "
+                     f"(seed {s['seed']}): {check or 'not checked'}; see it with: ikdata show {root} {traj.id[:12]}")
+    return lines
