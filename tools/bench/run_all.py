@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("stats", "validate", "capture", "replay", "import", "remote")
+ORDER = ("boot", "stats", "validate", "capture", "replay", "import", "remote")
 
 
 def main() -> None:
