@@ -351,9 +351,7 @@ def _scan(ds: Dataset) -> tuple[dict[str, int], set[str]]:
     """One directory scan instead of a stat per descriptor: every blob's size, and the regular
     files that are inside the dataset for sure (no link on the way)."""
     scanned = list(ds.store.scan_blobs())
-    real_root = os.path.realpath(ds.root)
-    blob_top = os.path.realpath(os.path.join(ds.root, "blob"))
-    inside = blob_top.startswith(real_root.rstrip(os.sep) + os.sep)
+    inside = ds.paths.refusal("blob") is None  # the path rule: blob/ is not a link out of the dataset
     return ({rel: size for rel, size, _ in scanned},
             {rel for rel, _, link in scanned if not link} if inside else set())
 

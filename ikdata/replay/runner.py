@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from ikdata.core.dataset import Dataset, check_relative
+from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import Definition, load_reference
 from ikdata.core.errors import DefinitionError, IkdataError, RecordError, UntrustedReference, UsageError
 from ikdata.core.problems import Problem
@@ -32,7 +32,6 @@ from ikdata.core import tolerances
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
 from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
-from ikdata.core.trust import instance_trusted_digests
 from ikdata.core.store import BlobStore, digest_from_path
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
@@ -138,8 +137,6 @@ class _Run:
 
     def __post_init__(self) -> None:
         self.store = BlobStore(self.ds.root)
-        self.real_root = os.path.realpath(self.ds.root)
-        self.real_folders: dict[str, str] = {}
 
 
 def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | None = None,
@@ -182,7 +179,7 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
                               tolerances=tolerances.table(), shard=str(shard) if shard else None)
     out = (report_mod.ReportFile.resume if resume else report_mod.ReportFile.start)(report_path, fresh)
     run = _Run(ds, device, device_kind, str(torch.__version__),
-               frozenset(trust) | instance_trusted_digests(ds.definitions), out,
+               frozenset(trust), out,  # exact template instances are in ds.trusted_definitions
                ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
                {r.uuid: r for r in ds.receipts()})
     resumed = sum(1 for row in rows if row.uuid in out.by_uuid)
@@ -271,27 +268,17 @@ def _reference(run: _Run, definition: Definition, row: WorkloadRow) -> Callable[
 
 
 def _load_tensor(run: _Run, ref: TensorRef, where: str) -> tuple[torch.Tensor, str]:
-    """Check the path stays inside the dataset, then verify and load the blob onto the device."""
-    reason = check_relative(ref.path)
-    path = run.ds.root / ref.path
-    if reason is None:
-        real = _realpath(run, str(path))
-        if os.path.commonpath([run.real_root, real]) != run.real_root:
-            reason = f"path {ref.path!r} is a link that leaves the dataset (to {real})"
-    if reason:
-        raise RecordError(reason, path=where)
-    return load_verified(run.store, path, ref, device=run.device)
-
-
-def _realpath(run: _Run, path: str) -> str:
-    """``os.path.realpath`` with the folders' answers cached: thousands of blobs share a few folders."""
-    folder, name = os.path.split(path)
-    real_folder = run.real_folders.get(folder)
-    if real_folder is None:
-        real_folder = run.real_folders[folder] = os.path.realpath(folder)
-    if os.path.islink(path):
-        return os.path.realpath(path)
-    return os.path.join(real_folder, name)
+    """Check the path by the path rule, then verify and load the blob onto the device; what was
+    verified is noted (file identity taken before the read) for later reuse."""
+    path = run.ds.paths.resolve(ref.path, where=where)
+    try:
+        before = os.stat(path)
+    except OSError:
+        before = None  # load_verified names the missing blob
+    tensor, digest = load_verified(run.store, path, ref, device=run.device)
+    if before is not None and digest == digest_from_path(ref.path):
+        run.cache.note_verified(before, digest)
+    return tensor, digest
 
 
 def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
@@ -423,10 +410,14 @@ def _lookup_reuse(run: _Run, definition: Definition, row: WorkloadRow, receipt: 
     earlier = run.cache.lookup(case["reuse_key"])
     if earlier is None:
         return None
-    # Reuse vouches for the content the digests name; the files must at least still be there.
+    # Reuse vouches for the content the digests name: each path passes the path rule, and each file
+    # holds its digest by recorded evidence or by a rehash now. Otherwise the case runs (and says why).
     for descriptor in [*row.inputs.values(), *receipt.expected_output.values()]:
-        if isinstance(descriptor, TensorRef) and not (run.ds.root / descriptor.path).is_file():
-            return None
+        if isinstance(descriptor, TensorRef):
+            if run.ds.paths.refusal(descriptor.path) is not None:
+                return None
+            if not run.cache.confirm(run.ds.root / descriptor.path, digest_from_path(descriptor.path)):
+                return None
     return earlier
 
 
