@@ -50,16 +50,20 @@ def blob_paths(record: Any) -> list[str]:
     The seed capture script wrote a receipt's ``expected_output`` as one bare descriptor
     instead of a map by output name; both forms are read here, and only here.
     """
-    if not isinstance(record, dict):
-        return []
+    found: list[str] = []
+    if type(record) is not dict:  # type checks, not isinstance: this runs once per row of stats and gc
+        return found
     workload = record.get("workload")
-    inputs = workload.get("inputs") if isinstance(workload, dict) else None
+    inputs = workload.get("inputs") if type(workload) is dict else None
     expected = record.get("expected_output")
-    descriptors = list(inputs.values()) if isinstance(inputs, dict) else []
-    if isinstance(expected, dict):
-        descriptors += [expected] if "type" in expected else list(expected.values())
-    return [d["path"] for d in descriptors
-            if isinstance(d, dict) and d.get("type") == "safetensors" and isinstance(d.get("path"), str)]
+    for descriptors in (inputs.values() if type(inputs) is dict else (),
+                        ((expected,) if "type" in expected else expected.values()) if type(expected) is dict else ()):
+        for d in descriptors:
+            if type(d) is dict and d.get("type") == "safetensors":
+                path = d.get("path")
+                if type(path) is str:
+                    found.append(path)
+    return found
 
 
 @dataclass(frozen=True)
