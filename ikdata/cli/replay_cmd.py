@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from rich.markup import escape
+
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DefinitionsOpt, JsonOpt
+from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt
 
 REPLAY_EXAMPLES = """
 \b
@@ -18,6 +21,8 @@ Examples:
   ikdata replay runs/minilm --device cuda --definition dense_gemm_bf16_nt_n384_k384
   ikdata replay pulled/ds --trust 5a1d2b9c...   (after reading that definition's reference)
   ikdata replay runs/big --shard 1/4 --resume   (then: ikdata replay-combine OUT shard reports)
+  ikdata replay runs/big --ray local            (a local Ray cluster; --ray auto joins a running one)
+  ikdata replay s3://bucket/big --ray auto --report big-replay.json
 """
 
 COMBINE_EXAMPLES = """
@@ -29,7 +34,7 @@ Examples:
 
 @app.command("replay", epilog=REPLAY_EXAMPLES)
 def replay_command(
-        path: DatasetArg,
+        path: DatasetOrUrlArg,
         device: Annotated[str, typer.Option(help="Where references run: cpu, cuda, cuda:N.")] = "cpu",
         definition: Annotated[Optional[list[str]], typer.Option(
             "--definition", help="Only this definition's workloads (repeatable).")] = None,
@@ -43,36 +48,67 @@ def replay_command(
             "--trust", help="Trust the definition with this digest, so its reference runs (repeatable).")] = None,
         reuse: Annotated[bool, typer.Option(
             "--reuse/--no-reuse", help="Reuse verdicts of identical cases judged before.")] = True,
-        definitions: DefinitionsOpt = None) -> None:
+        definitions: DefinitionsOpt = None, quiet: QuietOpt = False,
+        ray: Annotated[Optional[str], typer.Option(
+            "--ray", metavar="ADDRESS", help="Run the cases on Ray: 'local' starts a cluster here, 'auto' joins "
+            "a running one, or a cluster address. Needed to replay a URL (s3://, hf://) without pulling it.")] = None,
+) -> None:
     """Rerun each trusted reference on the captured inputs and judge it against the captured outputs.
 
     Exit 0 when every replayed case passed, 1 when any failed or errored or a definition was refused.
     """
     import ikdata
+    from ikdata.core.errors import UsageError
+    from ikdata.remote.url import is_url
     from ikdata.replay.runner import replay
 
-    ds = ikdata.open(path, definitions=definitions or ())
-    with _ProgressBar(enabled=not json_) as callback:
-        result = replay(ds, device=device, definitions=definition, shard=shard, resume=resume,
-                        report_path=report, trust=trust or (), reuse=reuse, progress=callback)
-    for problem in result.problems:
-        out.err_console.print(f"[red]not replayed:[/red] {problem}", markup=True, highlight=False)
-    for refusal in result.refused:
-        out.err_console.print(f"[red]refused:[/red] {refusal.message} ({refusal.workloads} workloads not replayed)",
-                              markup=True, highlight=False)
-    if json_:
-        out.emit_json(result.summary())
+    o = out.Output(json=json_, quiet=quiet)
+    cluster = None
+    if ray is not None:
+        from ikdata.replay.distributed import replay_on_ray
+
+        if shard:
+            raise UsageError("--ray and --shard: Ray spreads the cases itself; drop --shard")
+        with o.progress("replay", unit="cases") as callback:
+            result, cluster = replay_on_ray(path, address=ray, device=device, definitions=definition,
+                                            definition_folders=definitions or (), resume=resume, report_path=report,
+                                            trust=trust or (), reuse=reuse, progress=callback)
     else:
+        if is_url(path):
+            raise UsageError(f"{path}: replaying a URL runs on Ray workers that fetch only the blobs they need: "
+                             "add --ray local (or --ray auto), or 'ikdata clone' it first")
+        ds = ikdata.open(Path(path), definitions=definitions or ())
+        with o.progress("replay", unit="cases") as callback:
+            result = replay(ds, device=device, definitions=definition, shard=shard, resume=resume,
+                            report_path=report, trust=trust or (), reuse=reuse, progress=callback)
+    o.problems(result.problems, label="not replayed: ")
+    for refusal in result.refused:
+        out.err_console.print(f"[red]refused:[/red] {escape(refusal.message)} ({refusal.workloads} workloads not "
+                              "replayed)", markup=True, highlight=False)
+
+    summary = result.summary()
+    if cluster is not None:
+        summary["ray"] = {"address": cluster.address, "cpus": cluster.workers, "gpus": cluster.gpus,
+                          "startup_seconds": round(cluster.startup_seconds, 3), "tasks": cluster.tasks,
+                          "worker_deaths": cluster.worker_deaths, "fetched_bytes": cluster.fetched_bytes}
+
+    def human() -> None:
         _print_tables(result.report)
-        _print_summary(result.summary())
-    raise typer.Exit(result.exit_code)
+        _print_summary(summary)
+        if cluster is not None:
+            out.info(f"ray: {cluster.tasks} tasks on {cluster.workers} CPUs / {cluster.gpus} GPUs "
+                     f"({cluster.address}, start-up {cluster.startup_seconds:.1f} s), "
+                     f"{cluster.worker_deaths} worker deaths, {out.human_bytes(cluster.fetched_bytes)} fetched")
+
+    o.result(summary, human)
+    o.exit(code=result.exit_code)
 
 
 @app.command("replay-combine", epilog=COMBINE_EXAMPLES)
 def replay_combine(
         output: Annotated[Path, typer.Argument(help="Where to write the combined report.", show_default=False)],
         reports: Annotated[list[Path], typer.Argument(help="One report per shard 1/N .. N/N.", show_default=False)],
-        json_: JsonOpt = False) -> None:
+        json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Combine the shard reports of one replay into the report an unsharded run would write.
 
     Exit 0 when every case in the combined report passed, 1 otherwise.
@@ -83,61 +119,33 @@ def replay_combine(
     combined = report_mod.combine([report_mod.load(p) for p in reports], names=[str(p) for p in reports])
     report_mod.write(output, combined)
     summary = summarize(combined, report_path=output)
-    if json_:
-        out.emit_json(summary)
-    else:
-        _print_summary(summary)
-    raise typer.Exit(summary["exit_code"])
-
-
-class _ProgressBar:
-    """A rich progress bar on stderr, as a callback for the library (which never prints)."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.description}"), console=out.err_console, transient=True)
-        self.bar.__enter__()
-        return self
-
-    def __call__(self, event: Any) -> None:
-        if self.task is None:
-            self.task = self.bar.add_task("", total=event.total, completed=event.done)
-            return
-        text = f"{event.case['status']} {event.case['definition']}" if event.case else ""
-        self.bar.update(self.task, completed=event.done, description=text)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+    o = out.Output(json=json_, quiet=quiet)
+    o.result(summary, lambda: _print_summary(summary))
+    o.exit(code=summary["exit_code"])
 
 
 _LISTED = 20  # a definition with more cases lists only those that did not pass
 
 
 def _print_tables(report: dict[str, Any]) -> None:
+    """One table per definition, laid out for the terminal's width: columns are dropped or cut,
+    never wrapped (notes that do not fit are printed whole under the table)."""
     from rich.table import Table
 
-    from ikdata.replay.summary import case_rows
+    from ikdata.replay.summary import case_rows, fit_table
 
     for name, rows in case_rows(report).items():
         shown = rows if len(rows) <= _LISTED else [r for r in rows if r[2] != "passed"]
+        layout = fit_table(shown, out.console.width)
         table = Table(title=f"{name}: {len(rows)} cases", title_justify="left")
-        for column in ("uuid", "axes", "status", "max abs", "rel rms", "cos", "mism"):
-            table.add_column(column, no_wrap=True)
-        table.add_column("s", no_wrap=True)
-        table.add_column("note", overflow="fold")
-        for row in shown:
+        for column in layout.columns:
+            table.add_column(column, no_wrap=True, overflow="ellipsis")
+        for row in layout.rows:
             table.add_row(*row)
         out.console.print(table)
+        for uuid, note in layout.notes:  # whole, wrapped at spaces, indented under the table
+            out.info(textwrap.fill(f"{uuid}: {note}", width=max(40, out.console.width), initial_indent="  ",
+                                   subsequent_indent="      ", break_long_words=False, break_on_hyphens=False))
         if len(shown) < len(rows):
             out.info(f"  ({len(rows) - len(shown)} passed cases not listed; see the report)")
 

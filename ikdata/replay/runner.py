@@ -31,6 +31,7 @@ from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
+from ikdata.replay import sampling as sampling_judge
 from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
 from ikdata.core.store import BlobStore, digest_from_path
 
@@ -169,19 +170,9 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
         0
     """
     shard = Shard.parse(shard) if isinstance(shard, str) else shard
-    seen_problems = len(ds.problems)
-    device_kind, device_name = _check_device(device)
-    rows = _select(ds, definitions, shard)
-    if report_path is None:
-        report_path = ds.report_path if shard is None else \
-            ds.report_path.with_name(f"replay-shard-{shard.index}-of-{shard.count}.json")
-    fresh = report_mod.header(device=device, device_name=device_name, torch_version=str(torch.__version__),
-                              tolerances=tolerances.table(), shard=str(shard) if shard else None)
-    out = (report_mod.ReportFile.resume if resume else report_mod.ReportFile.start)(report_path, fresh)
-    run = _Run(ds, device, device_kind, str(torch.__version__),
-               frozenset(trust), out,  # exact template instances are in ds.trusted_definitions
-               ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
-               {r.uuid: r for r in ds.receipts()})
+    run, rows, seen_problems = _start(ds, device=device, definitions=definitions, shard=shard, resume=resume,
+                                      report_path=report_path, trust=trust, reuse=reuse, cache_path=cache_path)
+    out = run.out
     resumed = sum(1 for row in rows if row.uuid in out.by_uuid)
     done = resumed
     if progress:
@@ -199,10 +190,36 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
                 progress(Progress(done, len(rows), case))
     finally:
         run.cache.flush()
-    report = out.finish(r.to_dict() for r in run.refused.values())
+    sampling_judge.decide_all(out)  # statistical judges decide a definition's cases together, resumed ones too
+    return _finish(run, seen_problems, resumed)
+
+
+def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,
+           report_path: str | Path | None, trust: Iterable[str], reuse: bool,
+           cache_path: str | Path | None) -> tuple[_Run, list[WorkloadRow], int]:
+    """Check the device, select the workloads, open (or resume) the report and the reuse cache."""
+    seen_problems = len(ds.problems)
+    device_kind, device_name = _check_device(device)
+    rows = _select(ds, definitions, shard)
+    if report_path is None:  # beside a foreign report, never over it (report_mod.default_path)
+        report_path = report_mod.default_path(ds, None if shard is None else f"{shard.index}-of-{shard.count}")
+    fresh = report_mod.header(device=device, device_name=device_name, torch_version=str(torch.__version__),
+                              tolerances=tolerances.table(), shard=str(shard) if shard else None)
+    out = (report_mod.ReportFile.resume if resume else report_mod.ReportFile.start)(report_path, fresh)
+    run = _Run(ds, device, device_kind, str(torch.__version__),
+               frozenset(trust), out,  # exact template instances are in ds.trusted_definitions
+               ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
+               {r.uuid: r for r in ds.receipts()})
+    return run, rows, seen_problems
+
+
+def _finish(run: _Run, seen_problems: int, resumed: int) -> ReplayResult:
+    """Close the report (refusals listed) and say what could not be read."""
+    ds = run.ds
+    report = run.out.finish(r.to_dict() for r in run.refused.values())
     # Rows and receipts that do not fit their schema are not replayed: say so instead of passing silently.
     problems = tuple(dict.fromkeys([*ds.problems[seen_problems:], *ds.definition_problems]))
-    return ReplayResult(out.path, report, tuple(run.refused.values()), resumed, problems)
+    return ReplayResult(run.out.path, report, tuple(run.refused.values()), resumed, problems)
 
 
 def _check_device(device: str) -> tuple[str, str | None]:
@@ -281,7 +298,27 @@ def _load_tensor(run: _Run, ref: TensorRef, where: str) -> tuple[torch.Tensor, s
     return tensor, digest
 
 
+@dataclass
+class _Pending:
+    """A case that passed every check that needs no tensor, and must now run."""
+
+    case: dict[str, Any]
+    definition: Definition
+    reference: Callable[..., Any]
+    receipt: Receipt
+    started: float
+
+
 def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
+    """Judge one workload: the case as recorded, or None when its reference is refused."""
+    settled = _settle(run, row)
+    return _execute(run, row, settled) if isinstance(settled, _Pending) else settled
+
+
+def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
+    """Everything decided without loading a tensor: skipped, refused (None), an error of the
+    definition, a reused verdict, or what must run (:class:`_Pending`). A Ray driver settles
+    here and sends only the pending cases to workers."""
     started = time.perf_counter()
     case: dict[str, Any] = {"definition": row.definition, "uuid": row.uuid, "axes": dict(row.axes)}
     receipt = run.receipts.get(row.uuid)
@@ -303,15 +340,36 @@ def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
         if reference is None:
             return None
         case.update(device=run.device, torch=run.torch_version, reference_digest=definition.reference_digest)
+        if definition.call_problem:  # flashinfer-bench would call run with the inputs in another order
+            raise DefinitionError(definition.call_problem, definition=definition.name)
         earlier = _lookup_reuse(run, definition, row, receipt, case)
         if earlier is not None:
             return reused_case(earlier, definition=row.definition, uuid=row.uuid, axes=row.axes,
                                seconds=time.perf_counter() - started)
+    except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
+        case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
+                    seconds=time.perf_counter() - started)
+        return case
+    return _Pending(case, definition, reference, receipt, started)
+
+
+def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:
+    """Load the verified inputs and expected outputs, run the reference, judge every output."""
+    case, definition, reference, receipt, started = (pending.case, pending.definition, pending.reference,
+                                                     pending.receipt, pending.started)
+    if sampling_judge.is_sampling(definition):  # draws judged against the distribution, not by closeness
+        try:
+            return sampling_judge.execute(run, row, pending, _load_all)
+        except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
+            case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
+                        seconds=time.perf_counter() - started)
+            return case
+    try:
         inputs, case["input_digests"] = _load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
         expected, case["expected_digests"] = _load_all(run, definition.outputs, receipt.expected_output,
                                                        f"{receipt.source}:{receipt.line}")
-        with torch.inference_mode():
-            returned = reference(**inputs)
+        with torch.inference_mode():  # positionally, in the definition's order, as flashinfer-bench calls it
+            returned = reference(*[inputs[n] for n in definition.inputs])
         outputs = _name_outputs(definition, returned)
         verdicts = {}
         for name, spec in definition.outputs.items():
@@ -321,7 +379,9 @@ def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
                 wanted = torch.tensor(wanted, dtype=dtype, device=run.device)
                 if not isinstance(actual, torch.Tensor):
                     actual = torch.tensor(actual, dtype=dtype, device=run.device)
-            verdicts[name] = judges.judge_output(name, actual, wanted, _rule(definition, name))
+            chosen = judges.select_rule(definition, name, layout=run.ds.layout)
+            verdicts[name] = judges.judge_output(name, actual, wanted, chosen.rule)
+            case.setdefault("chosen_by", {})[name] = chosen.chosen_by
     except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
         case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
                     seconds=time.perf_counter() - started)
@@ -337,22 +397,6 @@ def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
 def _short(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, IkdataError) else text
-
-
-def _rule(definition: Definition, output: str) -> tolerances.Tolerance | tolerances.JudgeSpec:
-    dtype = definition.outputs[output].dtype
-    judge = tolerances.judge_for(dtype, output, definition.judge)
-    if judge is not None:
-        if judge.name not in judges.METRIC_JUDGES:
-            raise DefinitionError(f"judge {judge.name!r} is unknown; known judges: {sorted(judges.METRIC_JUDGES)}",
-                                  definition=definition.name)
-        return judge
-    rule = tolerances.tolerance_for(dtype, definition.tolerance)
-    if rule is None:
-        raise DefinitionError(f"output {output!r} has dtype {dtype}, which has no default tolerance; set "
-                              f"\"tolerance\": {{\"{dtype}\": {{\"rtol\": ..., \"atol\": ...}}}} in the definition",
-                              definition=definition.name)
-    return rule
 
 
 def _load_all(run: _Run, specs: Mapping[str, Any], descriptors: Mapping[str, Any],
@@ -404,7 +448,8 @@ def _lookup_reuse(run: _Run, definition: Definition, row: WorkloadRow, receipt: 
         reference_digest=definition.reference_digest, input_digests=input_digests, scalars=scalars,
         expected_digests=expected_digests, device_kind=run.device_kind, torch_version=run.torch_version,
         judging={"tolerance": dict(definition.tolerance), "judge": definition.judge,
-                 "outputs": {n: s.dtype for n, s in definition.outputs.items()}})
+                 "outputs": {n: s.dtype for n, s in definition.outputs.items()},
+                 **({"selection": judges.SEED_RULE} if run.ds.layout == "seed" else {})})
     if not run.reuse:
         return None
     earlier = run.cache.lookup(case["reuse_key"])

@@ -1,0 +1,104 @@
+"""A bounded local cache of a remote dataset's blobs, filled on demand and verified on arrival.
+
+Replay straight from a remote (``ikdata replay URL --ray``) needs, on each worker, only the
+blobs of the cases it runs. :meth:`BlobCache.ensure` fetches each missing one from the
+backend into a temporary file, rehashes it, and only then moves it to its content-addressed
+place in the worker's copy of the dataset; a blob whose bytes do not match its name never
+lands (its cases are errors, named by :class:`BlobRefused`). Least recently used blobs are
+removed once the cache holds more than ``max_bytes`` (never those the current case needs).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterable
+
+from ikdata.core.errors import RemoteError
+from ikdata.core.store import blob_path, digest_from_path, make_temp, rehash_file
+from ikdata.remote.backend import Backend
+
+
+class BlobRefused(RemoteError):
+    """A blob fetched from the remote is not the tensor its name says (or is not a blob path at all)."""
+
+    def __init__(self, message: str, *, url: str, path: str | None = None):
+        super().__init__(message, url=url)
+        self.path = path
+
+
+class BlobCache:
+    """Blobs of one remote dataset under ``root/blob/``, at most ``max_bytes`` of them."""
+
+    def __init__(self, backend: Backend, root: Path, *, max_bytes: int):
+        self.backend = backend
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self.fetched_bytes = 0
+        self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(self._sizes.values())
+
+    def ensure(self, paths: Iterable[str]) -> int:
+        """Make every blob in ``paths`` present and verified; returns the bytes fetched now.
+
+        Raises:
+            BlobRefused: a path is not a content-addressed blob path, or its bytes do not hash to it.
+            RemoteError: the remote cannot serve it.
+        """
+        wanted = list(dict.fromkeys(paths))
+        fetched = 0
+        with self._lock:
+            for rel in wanted:
+                if rel in self._sizes:
+                    self._sizes.move_to_end(rel)
+                    continue
+                fetched += self._fetch(rel)
+            self._evict(keep=set(wanted))
+        return fetched
+
+    def _fetch(self, rel: str) -> int:
+        digest = digest_from_path(rel)
+        if digest is None or rel != blob_path(digest):
+            raise BlobRefused(f"{rel}: not a content-addressed blob path; refused", url=self.backend.url, path=rel)
+        target = self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = make_temp(target.parent)
+        os.close(fd)
+        try:
+            self.backend.fetch(rel, Path(temp))
+            size = os.path.getsize(temp)
+            self.fetched_bytes += size
+            check = rehash_file(temp)
+            if check.error or check.digests != (digest,):
+                why = check.error or f"its bytes hash to {', '.join(check.digests) or 'nothing'}"
+                raise BlobRefused(f"blob {rel} failed verification ({why}); "
+                                  "the remote copy is damaged: push it again from a good copy",
+                                  url=self.backend.url, path=rel)
+            os.replace(temp, target)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        self._sizes[rel] = size
+        return size
+
+    def _evict(self, keep: set[str]) -> None:
+        held = self.held_bytes
+        for rel in list(self._sizes):
+            if held <= self.max_bytes:
+                break
+            if rel in keep:
+                continue
+            held -= self._sizes.pop(rel)
+            try:
+                os.unlink(self.root / rel)
+            except FileNotFoundError:
+                pass
+
+
+__all__ = ["BlobCache", "BlobRefused"]

@@ -1,0 +1,53 @@
+"""Fixtures of the Ray tests: one real local Ray cluster for the module, and a moto S3 server on loopback.
+
+The S3 endpoint and dummy credentials are put in the environment before Ray starts, so the
+workers inherit them as they would on a real cluster (credentials come from the environment,
+never from the dataset).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from replay.conftest import _private_cache, build  # noqa: F401  (the replay tests' dataset factory)
+
+BUCKET = "ikdata-ray"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """A local Ray cluster (2 CPUs) with a moto S3 server's endpoint in every worker's environment."""
+    ray = pytest.importorskip("ray")
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                                            "AWS_ENDPOINT_URL", "IKDATA_CACHE_DIR")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                      AWS_ENDPOINT_URL=endpoint, IKDATA_CACHE_DIR=str(tmp_path_factory.mktemp("ray-cache")))
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield endpoint
+    finally:
+        ray.shutdown()
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
