@@ -174,22 +174,11 @@ def get(name: str) -> Judge | None:
     return judge
 
 
-def default_bounds(name: str) -> dict[str, float]:
-    """A judge's default bounds (empty when unknown); loads an entry point's module if needed."""
-    if name in JUDGE_BOUNDS:
-        return dict(JUDGE_BOUNDS[name])
-    try:
-        judge = get(name)
-    except UsageError:
-        return {}
-    return dict(judge.bounds) if judge else {}
-
-
 def forget_registered() -> None:
     """Drop the judges of named modules (for tests; the environment is read again on next use)."""
     _registered.clear()
     _named_modules.clear()
 
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV", "Judge", "default_bounds", "entry_point_names", "forget_registered", "get",
+__all__ = ["ENTRY_POINT_GROUP", "ENV", "Judge", "entry_point_names", "forget_registered", "get",
            "known_names", "register_module"]

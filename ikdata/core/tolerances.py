@@ -130,13 +130,8 @@ def judge_for(dtype: str, output: str, judge: Mapping[str, Any] | None) -> Judge
     if outputs is not None and output not in outputs:
         return None
     name = judge["name"]
-    if name in JUDGE_BOUNDS:
-        defaults = JUDGE_BOUNDS[name]
-    else:
-        from ikdata.core.judge_registry import default_bounds  # a plugin's defaults (loads it if installed)
-
-        defaults = default_bounds(name)
-    bounds = {**defaults, **{k: float(v) for k, v in (judge.get("bounds") or {}).items()}}
+    # A plugin's default bounds are merged in by ikdata.replay.judges.select_rule (which loads it).
+    bounds = {**JUDGE_BOUNDS.get(name, {}), **{k: float(v) for k, v in (judge.get("bounds") or {}).items()}}
     return JudgeSpec(dtype_name(dtype), name, bounds)
 
 

@@ -212,9 +212,12 @@ def select_rule(definition: Definition, output: str, *, layout: str | None = Non
             return Selection(seed, SEED_RULE)
     judge = tolerances.judge_for(dtype, output, definition.judge)
     if judge is not None:
-        if judge.name not in METRIC_JUDGES and judge_registry.get(judge.name) is None:
-            raise DefinitionError(f"judge {judge.name!r} is unknown; known judges: {judge_registry.known_names()}",
-                                  definition=definition.name)
+        if judge.name not in METRIC_JUDGES:
+            plugin = judge_registry.get(judge.name)  # imports an installed entry point's module, when judged
+            if plugin is None:
+                raise DefinitionError(f"judge {judge.name!r} is unknown; known judges: "
+                                      f"{judge_registry.known_names()}", definition=definition.name)
+            judge = JudgeSpec(judge.dtype, judge.name, {**plugin.bounds, **judge.bounds})
         return Selection(judge, DEFINITION_JUDGE)
     rule = tolerances.tolerance_for(dtype, definition.tolerance)
     if rule is None:
