@@ -166,6 +166,9 @@ def install(cap: Any) -> None:
         cap.patch(F, "rms_norm", on_rms_norm, label="torch.nn.functional.rms_norm")
     cap.patch(F, "layer_norm", on_layer_norm, label="torch.nn.functional.layer_norm")
     cap.on_module(lambda cls: cls.__name__ in RMSNORM_MODULES, on_rmsnorm_module, label="RMSNorm modules")
+    from ikdata.capture import sampling  # HF generate's sampler: raw logits, settings, draws (docs/sampling.md)
+
+    sampling.install(cap)
 
 
 __all__ = ["install", "RMSNORM_MODULES", "on_linear", "on_mm", "on_matmul", "on_sdpa", "on_rms_norm",

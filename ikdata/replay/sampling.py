@@ -1,0 +1,139 @@
+"""The sampling judge in replay: judge each sampler call's draws, then decide each definition's cases together.
+
+A definition names it with ``"judge": {"name": "sampling", "order": "any", "alpha": 0.001}``.
+Its engine output is ``samples`` (the drawn token ids); its inputs are either full raw
+logits with per-row settings (``logits``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
+``seed``: what capture at the sampler records) or a server's top-K list with n seeded
+draws (``logprobs``, the settings as scalars, ``vocab_size``, ``seeds``: what
+``ikdata import`` of completions writes). The distribution the draws must come from is
+computed by :mod:`ikdata.core.sampling` from those inputs under the declared cut order; the
+definition's reference returns the same post-cut probabilities for other tools.
+
+Per case (:func:`execute`): a draw outside the kept set fails the case at once, naming the
+workload; otherwise the case waits (``skipped``, "awaiting ...") for :func:`decide_all`, the
+post-pass that pools every case of the definition in the report (resumed ones included)
+and sets each case's final status (:mod:`ikdata.core.sampling_groups`). The pooled tests
+are listed under the report's ``"sampling"``.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ikdata.core.errors import DefinitionError, RecordError
+from ikdata.core.sampling import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
+from ikdata.core.sampling_groups import JUDGE, decide, is_sampling_case
+from ikdata.core.sampling_records import record_logits, record_top_logprobs
+from ikdata.core.sampling_stats import DEFAULT_ALPHA
+
+AWAITING = "awaiting the pooled test of its definition (run replay to the end)"
+
+
+def is_sampling(definition: Any) -> bool:
+    """Whether a definition is judged by the sampling judge."""
+    return isinstance(definition.judge, Mapping) and definition.judge.get("name") == JUDGE
+
+
+def judge_settings(definition: Any) -> tuple[str, float, float | None]:
+    """(order, alpha, tol) from the definition's judge, checked.
+
+    Raises:
+        DefinitionError: an unknown order or an alpha outside (0, 1).
+    """
+    judge = definition.judge
+    order = judge.get("order", ANY)
+    alpha = float(judge.get("alpha", DEFAULT_ALPHA))
+    if order != ANY and order not in ORDERS:
+        raise DefinitionError(f"judge 'sampling': order {order!r} is unknown; expected 'any' or one of "
+                              f"{', '.join(ORDERS)}", definition=definition.name)
+    if not 0 < alpha < 1:
+        raise DefinitionError(f"judge 'sampling': alpha {alpha} must lie in (0, 1)", definition=definition.name)
+    tol = judge.get("tol")
+    return order, alpha, float(tol) if tol is not None else None
+
+
+def _numpy(value: Any) -> Any:
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict, dict]]) -> dict[str, Any]:
+    """Judge one sampling workload's draws; the case (failed at once, or awaiting the pooled test)."""
+    case, definition, receipt, started = pending.case, pending.definition, pending.receipt, pending.started
+    order, alpha, tol = judge_settings(definition)
+    inputs, case["input_digests"] = load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+    expected, case["expected_digests"] = load_all(run, definition.outputs, receipt.expected_output,
+                                                  f"{receipt.source}:{receipt.line}")
+    values = {k: _numpy(v) for k, v in inputs.items()}
+    samples = np.asarray(_numpy(expected["samples"]), np.int64).reshape(-1)
+    seed = zlib.crc32(row.uuid.encode())
+    if "logits" in values:
+        logits = np.asarray(values["logits"], np.float32)
+        n = logits.shape[0]
+        settings = Settings(*(np.broadcast_to(np.asarray(values[k], dtype), (n,)).copy() for k, dtype in (
+            ("temperature", np.float64), ("top_k", np.int64), ("top_p", np.float64), ("min_p", np.float64))))
+        problem = settings.problem()
+        if problem:
+            raise RecordError(problem, path=f"{row.source}:{row.line}")
+        seeds = np.broadcast_to(np.asarray(values.get("seed", -1), np.int64), (n,))
+        record = record_logits(logits, settings, samples, seeds, order=order, tol=tol or DEFAULT_TOL, seed=seed)
+    elif "logprobs" in values:
+        record = record_top_logprobs(
+            np.asarray(values["logprobs"], np.float64).reshape(-1).tolist(), samples.tolist(),
+            np.asarray(values.get("seeds", np.full(len(samples), -1)), np.int64).reshape(-1).tolist(),
+            temperature=float(values["temperature"]), top_k=int(values.get("top_k", 0)),
+            top_p=float(values.get("top_p", 1.0)), min_p=float(values.get("min_p", 0.0)),
+            vocab_size=int(values.get("vocab_size", 0)), order=order, tol=tol or LOGPROB_TOL, seed=seed)
+    else:
+        raise DefinitionError("a sampling definition needs the input 'logits' (full raw logits) or 'logprobs' "
+                              "(a top-K list)", definition=definition.name)
+    case.pop("reuse_key", None)  # the verdict depends on the definition's other cases: never reused alone
+    case.update(sampling=record, tolerance={"samples": {"dtype": "int64", "judge": JUDGE, "alpha": alpha,
+                                                        "order": order}},
+                metrics={"samples": {"positions": record["positions"], "judged": record["judged"],
+                                     "outside": record["outside"], "alpha": alpha}},
+                seconds=time.perf_counter() - started)
+    if record["outside"]:
+        first = record["outside_examples"][0]
+        case.update(status="failed", reason=f"workload {row.uuid}: {record['outside']} drawn token(s) outside the "
+                                            f"kept set, e.g. token {first['token']} at position {first['position']} "
+                                            f"(kept {first['kept']} tokens)")
+    else:
+        case.update(status="skipped", reason=AWAITING)
+    return case
+
+
+def decide_all(out: Any) -> list[dict[str, Any]]:
+    """Pool the sampling cases of every definition in the report; update each case and the report's "sampling".
+
+    ``out`` is the :class:`ikdata.replay.report.ReportFile` being written.
+    """
+    by_definition: dict[str, list[dict[str, Any]]] = {}
+    for case in out.report["cases"]:
+        if is_sampling_case(case) and isinstance(case.get("sampling"), Mapping):
+            by_definition.setdefault(case["definition"], []).append(case)
+    groups = []
+    for name in sorted(by_definition):
+        cases = by_definition[name]
+        alpha = max(float(c["tolerance"]["samples"].get("alpha", DEFAULT_ALPHA)) for c in cases)
+        verdict = decide(name, cases, alpha=alpha)
+        for case in cases:
+            status, reason, metrics = verdict.statuses[case["uuid"]]
+            updated = {k: v for k, v in case.items() if k != "reason"}
+            updated.update(status=status, metrics={"samples": metrics})
+            if reason:
+                updated["reason"] = reason
+            if updated != case:
+                out.add(updated)
+        groups.append(verdict.to_dict())
+    if groups:
+        out.report["sampling"] = groups
+    return groups
+
+
+__all__ = ["AWAITING", "decide_all", "execute", "is_sampling", "judge_settings"]

@@ -1,0 +1,89 @@
+"""ikdata import of OpenAI-compatible completions: bad input is named by file and line; good input replays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ikdata.core.errors import ProblemsFound
+from ikdata.importing.completions import import_completions, read_completions
+
+
+def _line(**changes):
+    record = {"prompt": "The capital of France is", "model": "tiny", "position": 0, "vocab_size": 1000,
+              "settings": {"temperature": 0.7, "top_k": 5, "top_p": 1.0, "min_p": 0.0},
+              "top_logprobs": [{"token": f"token_id:{i}", "logprob": lp}
+                               for i, lp in enumerate([-0.5, -1.5, -2.0, -2.6, -3.1, -4.5, -5.0, -6.0])],
+              "draws": [{"seed": 0, "token": "token_id:0"}]}
+    record.update(changes)
+    return record
+
+
+def _write(tmp_path, records):
+    path = tmp_path / "draws.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+BAD = {
+    "positive logprob": (dict(top_logprobs=[{"token": "a", "logprob": 0.5}]),
+                         "/top_logprobs/0/logprob logprob 0.5 is positive"),
+    "NaN logprob": (dict(top_logprobs=[{"token": "a", "logprob": float("nan")}]),
+                    "/top_logprobs/0/logprob logprob must be a number, got nan"),
+    "empty top-K": (dict(top_logprobs=[]), "/top_logprobs top_logprobs must list at least one"),
+    "top_p above 1": (dict(settings={"temperature": 0.7, "top_p": 1.5}), "/settings/top_p top_p must be in (0, 1]"),
+    "negative temperature": (dict(settings={"temperature": -0.1}), "/settings/temperature temperature must be"),
+    "token outside the vocabulary": (dict(draws=[{"seed": 1, "token": "token_id:1000"}]),
+                                     "/draws/0/token drawn token id 1000 is outside the vocabulary (0..999)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_names_file_and_line(tmp_path, name):
+    change, message = BAD[name]
+    path = _write(tmp_path, [_line(), _line(**change)])
+    with pytest.raises(ProblemsFound) as caught:
+        read_completions(path)
+    text = str(caught.value)
+    assert f"{path}:2" in text and message in text, text
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ProblemsFound):
+        import_completions(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_every_bad_line_is_reported(tmp_path):
+    path = _write(tmp_path, [_line(top_logprobs=[]), _line(), _line(settings={"temperature": -1})])
+    with pytest.raises(ProblemsFound) as caught:
+        read_completions(path)
+    assert {p.line for p in caught.value.problems} == {1, 3}
+
+
+def _server_draws(n, rng, shift=0.0):
+    """A server following the Hugging Face order: top_k 5 of the listed tokens at temperature 0.7."""
+    lp = np.array([-0.5, -1.5, -2.0, -2.6, -3.1])
+    w = np.exp(lp / 0.7)
+    p = w / w.sum()
+    p[0] -= shift
+    p[4] += shift
+    return rng.choice(5, size=n, p=p)
+
+
+@pytest.mark.parametrize("shift, status", [(0.0, "passed"), (0.15, "failed")])
+def test_import_then_replay_judges_the_draws(tmp_path, shift, status):
+    import ikdata
+    from ikdata.replay.runner import replay
+
+    rng = np.random.default_rng(3)
+    drawn = _server_draws(400, rng, shift)
+    path = _write(tmp_path, [_line(draws=[{"seed": s, "token": f"token_id:{int(t)}"} for s, t in enumerate(drawn)])])
+    result = import_completions(path, tmp_path / "ds")
+    assert len(result.added) == 1
+    report = replay(ikdata.open(tmp_path / "ds"), reuse=False).report
+    case = report["cases"][0]
+    assert case["status"] == status, case.get("reason")
+    test = report["sampling"][0]["tests"][0]
+    assert test["test"] == "tv" and test["n"] == 400 and test["alpha"] == 1e-3
+    assert test["detectable_tv"] < 0.15 and "simulated" in test["null"]
