@@ -1,0 +1,57 @@
+"""Fixtures of the diffusion tests: tiny pipelines on one CPU thread, and capture in this process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+pytest.importorskip("diffusers")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tiny models on a shared machine: more threads only contend."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def capture_into(tmp_path: Path):
+    """Factory: capture in this process into ``tmp_path/ds`` (operator capture narrowed to nothing that
+    matches, so only trajectories and their step workloads are written); uninstalled after the test."""
+    from ikdata.capture import boot
+    from ikdata.capture.config import CaptureConfig
+
+    def make(**options: Any):
+        options.setdefault("into", str(tmp_path / "ds"))
+        options.setdefault("strict", True)
+        options.setdefault("only", ("rmsnorm_f32_h99991",))
+        return boot.install(CaptureConfig(**options))
+
+    yield make
+    boot.uninstall()
+
+
+def trajectories(root: Path) -> list[dict]:
+    """Every trajectory record of a dataset, in file order."""
+    import json
+
+    found = []
+    for path in sorted((Path(root) / "trajectories").glob("*.jsonl")):
+        found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return found
+
+
+def digest(ref: dict) -> str:
+    from ikdata.core.store import digest_from_path
+
+    return digest_from_path(ref["path"])
