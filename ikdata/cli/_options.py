@@ -10,7 +10,10 @@ import typer
 from ikdata.core.dataset import Dataset
 
 DatasetArg = Annotated[Path, typer.Argument(help="Dataset folder.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (problems and progress "
+                                                       "go to stderr).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print no result and no progress; the exit code "
+                                                                "says it (problems still go to stderr).")]
 DefinitionsOpt = Annotated[Optional[list[Path]], typer.Option(
     "--definitions", help="Extra folder of definitions (repeatable); definitions you name are trusted.")]
 DatasetOrUrlArg = Annotated[str, typer.Argument(

@@ -1,18 +1,111 @@
-"""Output in one place: human tables through rich, or one JSON document with --json."""
+"""Output in one place: the human, ``--json`` and ``--quiet`` modes every command shares.
+
+The rules, the same for every command (each builds an :class:`Output` from its options):
+
+- stdout carries the result and nothing else: one JSON document with ``--json``; tables and
+  lines for a person otherwise; nothing with ``--quiet`` (``--json`` wins over ``--quiet``).
+- Problems met along the way, warnings and progress go to stderr, so ``--json`` output always
+  parses. (``validate`` is the one command whose result *is* its problem list: in human mode
+  it prints them on stdout, in ``--json`` inside the document.)
+- Exit 1 whenever problems were found (:meth:`Output.exit`), 0 when clean; 2 is a usage error.
+- Progress (:meth:`Output.progress`): a bar on a terminal, a line every few seconds on stderr
+  otherwise (``IKDATA_PROGRESS_INTERVAL`` seconds, default 5), nothing with ``--quiet``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence
 
+import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from ikdata.cli._progress import human_bytes, open_meter  # noqa: F401  (commands use out.human_bytes)
 from ikdata.core.problems import Problem
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Output:
+    """The output mode of one command run: ``json`` (one document on stdout) and ``quiet``.
+
+    Example:
+        >>> o = Output(json=json_, quiet=quiet)
+        >>> o.result(report.to_dict(), lambda: o.info("clean"))
+        >>> o.exit(report.problems)
+    """
+
+    def __init__(self, *, json: bool = False, quiet: bool = False) -> None:
+        self.json = json
+        self.quiet = quiet
+
+    @property
+    def human(self) -> bool:
+        """Whether lines for a person go to stdout (neither --json nor --quiet)."""
+        return not self.json and not self.quiet
+
+    def result(self, document: Any, human: Callable[[], None] | None = None) -> None:
+        """The command's result: ``document`` as JSON with --json, else what ``human`` prints."""
+        if self.json:
+            emit_json(document)
+        elif human is not None and not self.quiet:
+            human()
+
+    def info(self, message: str) -> None:
+        """A line of the human result on stdout (never with --json or --quiet)."""
+        if self.human:
+            info(message)
+
+    def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """A table of the human result on stdout (never with --json or --quiet)."""
+        if self.human:
+            table(title, columns, rows)
+
+    def warn(self, message: str) -> None:
+        """Something the user should know that is not the result: stderr, even with --json."""
+        if not self.quiet:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(message)}", markup=True, highlight=False)
+
+    def problems(self, found: Sequence[Problem], *, label: str = "") -> None:
+        """Problems met along the way: always on stderr (they are why the exit code is 1)."""
+        problems(found, label=label)
+
+    @contextlib.contextmanager
+    def progress(self, label: str, *, unit: str = "items") -> Iterator[Callable[[Any], None] | None]:
+        """A progress callback for the library (None with --quiet): see :mod:`ikdata.cli._progress`."""
+        if self.quiet:
+            yield None
+            return
+        with open_meter(label, unit=unit, console=err_console) as meter:
+            yield meter
+
+    def exit(self, found: Any = (), *, code: int | None = None) -> NoReturn:
+        """End the command: ``code`` if given, else 1 when ``found`` (problems, or a truth value) is non-empty."""
+        raise typer.Exit(code if code is not None else (1 if found else 0))
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """Point file descriptor 1 at stderr for the block, so that programs a command runs (capture)
+    print there and a ``--json`` document stays alone on stdout."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def emit_json(document: Any) -> None:
@@ -29,18 +122,12 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     console.print(t)
 
 
-def problems(found: Sequence[Problem]) -> None:
+def problems(found: Sequence[Problem], *, to_stdout: bool = False, label: str = "") -> None:
+    """Print problems, one per line (stderr unless ``to_stdout``: only validate's result list goes there)."""
+    target = console if to_stdout else err_console
     for p in found:
-        console.print(f"[red]✗[/red] {p}", markup=True)
+        target.print(f"[red]✗[/red] {label}{escape(str(p))}", markup=True, highlight=False)
 
 
 def info(message: str) -> None:
     console.print(message, markup=False)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,6 +10,7 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
+from ikdata.cli._options import JsonOpt, QuietOpt
 
 CAPTURE_EXAMPLES = """Examples:
 
@@ -74,9 +76,9 @@ def capture(
         out.err_console.print(f"failed in process {failure['pid']}: {failure['definition']}: {failure['message']}",
                               markup=False)
     if result.refused:
-        out.info("not captured (caps reached): " + ", ".join(f"{k}: {v}" for k, v in sorted(result.refused.items())))
+        o.info("not captured (caps reached): " + ", ".join(f"{k}: {v}" for k, v in sorted(result.refused.items())))
     total = sum(result.counts.values())
-    out.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
+    o.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
              f"Check it with: ikdata validate --deep {into}")
     if result.returncode != 0:
         out.err_console.print(f"the command exited with status {result.returncode}", markup=False)

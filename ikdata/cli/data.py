@@ -10,7 +10,7 @@ import typer
 from ikdata.core import manifest as manifest_mod
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, open_dataset
+from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt, open_dataset
 from ikdata.core.errors import UsageError
 
 VALIDATE_EXAMPLES = """
@@ -22,49 +22,58 @@ Examples:
 
 @app.command()
 def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dataset name.")] = None,
-         description: Annotated[Optional[str], typer.Option(help="One-line description.")] = None) -> None:
+         description: Annotated[Optional[str], typer.Option(help="One-line description.")] = None,
+         json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Create an empty ikdata dataset with its manifest."""
     from ikdata.core.layout import init_dataset
 
+    o = out.Output(json=json_, quiet=quiet)
     dataset_id = init_dataset(path, name=name, description=description)
-    out.info(f"initialised {path} (id {dataset_id[:12]})")
+    o.result({"path": str(path), "id": dataset_id},
+             lambda: out.info(f"initialised {path} (id {dataset_id[:12]})"))
 
 
 @app.command(epilog=VALIDATE_EXAMPLES)
 def validate(ctx: typer.Context, path: DatasetOrUrlArg,
              deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
              definitions: DefinitionsOpt = None, json_: JsonOpt = False,
-             jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None) -> None:
+             jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None,
+             quiet: QuietOpt = False) -> None:
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
     from ikdata.ops.validate import validate as run_validate
 
-    report = run_validate(open_dataset(path, definitions, ctx=ctx, blobs="full" if deep else "headers"), deep=deep, jobs=jobs)
-    if json_:
-        out.emit_json(report.to_dict())
-    else:
-        out.problems(report.problems)
+    o = out.Output(json=json_, quiet=quiet)
+    ds = open_dataset(path, definitions, ctx=ctx, blobs="full" if deep else "headers")
+    with o.progress("validate", unit="blobs") as progress:
+        report = run_validate(ds, deep=deep, jobs=jobs, progress=progress)
+
+    def human() -> None:  # the problem list is validate's result, so it goes to stdout
+        out.problems(report.problems, to_stdout=True)
         verdict = "clean" if report.ok else f"{len(report.problems)} problem(s)"
         out.info(f"{path}: {verdict} — {report.definitions} definitions, {report.workloads} workloads, "
                  f"{report.receipts} receipts, {report.blobs_checked} blobs checked"
                  + (f", {report.blobs_rehashed} rehashed" if deep else ""))
-    raise typer.Exit(0 if report.ok else 1)
+
+    o.result(report.to_dict(), human)
+    if quiet and not json_:
+        o.problems(report.problems)
+    o.exit(not report.ok)
 
 
 @app.command("ls")
 def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annotated[Optional[str], typer.Option(
         "--definition", help="Only this definition's workloads.")] = None,
-        definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
-    """List workloads: uuid, definition, axes."""
+        definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """List workloads: uuid, definition, axes. Exit 1 if a line could not be read."""
+    o = out.Output(json=json_, quiet=quiet)
     ds = open_dataset(path, definitions, ctx=ctx)
     rows = list(ds.workloads(definition))
-    if json_:
-        out.emit_json([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source}
-                       for r in rows])
-    else:
-        out.table(f"{len(rows)} workloads", ["uuid", "definition", "axes"],
-                  [(r.uuid, r.definition, " ".join(f"{k}={v}" for k, v in r.axes.items())) for r in rows])
-    if ds.problems:
-        out.problems(ds.problems)
+    o.result([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source} for r in rows],
+             lambda: out.table(f"{len(rows)} workloads", ["uuid", "definition", "axes"],
+                               [(r.uuid, r.definition, " ".join(f"{k}={v}" for k, v in r.axes.items()))
+                                for r in rows]))
+    o.problems(ds.problems)
+    o.exit(ds.problems)
 
 
 @app.command()
@@ -131,23 +140,33 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
 
 
 @app.command()
-def repair(path: DatasetArg) -> None:
-    """Finish a killed import and set aside torn or malformed JSONL lines (into FILE.rejected)."""
+def repair(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """Finish every killed writer (import, capture, replay, gc); set aside torn lines and orphaned receipts."""
     from ikdata.core.layout import repair_dataset
 
+    o = out.Output(json=json_, quiet=quiet)
     report = repair_dataset(path)
-    if not report.changed:
-        out.info(f"{path}: nothing to repair")
-    if report.import_recovery == "rolled-forward":
-        out.info(f"{path}: finished an import that was killed after its commit point")
-    elif report.import_recovery == "discarded":
-        out.info(f"{path}: dropped the staging of an import that was killed before its commit point")
-    for r in report.lines:
-        out.info(f"{r.path}: moved line(s) {', '.join(map(str, r.removed_lines))} to {r.set_aside}")
+
+    def human() -> None:
+        if not report.changed:
+            out.info(f"{path}: nothing to repair")
+        if report.import_recovery == "rolled-forward":
+            out.info(f"{path}: finished an import that was killed after its commit point")
+        elif report.import_recovery == "discarded":
+            out.info(f"{path}: dropped the staging of an import that was killed before its commit point")
+        for r in report.lines:
+            out.info(f"{r.path}: moved line(s) {', '.join(map(str, r.removed_lines))} to {r.set_aside}")
+        for rel in report.definitions_reordered:
+            out.info(f"{rel}: inputs and outputs rewritten in run's order (flashinfer-bench calls run positionally)")
+        for note in report.notes():
+            out.info(f"{path}: {note}")
+
+    o.result({"path": str(path), **report.to_dict()}, human)
+    o.exit(not report.ok)  # 1 when something found could not be finished (the notes say what)
 
 
 @app.command("manifest")
-def manifest_cmd(path: DatasetArg, json_: JsonOpt = False) -> None:
+def manifest_cmd(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Rebuild the manifest from the files (after editing by hand) and print the dataset id."""
     if not Path(path).is_dir():
         raise UsageError(f"{path}: no such dataset folder")
@@ -155,7 +174,4 @@ def manifest_cmd(path: DatasetArg, json_: JsonOpt = False) -> None:
 
     with dataset_lock(path, exclusive=True):
         dataset_id = manifest_mod.write(path)
-    if json_:
-        out.emit_json({"id": dataset_id})
-    else:
-        out.info(dataset_id)
+    out.Output(json=json_, quiet=quiet).result({"id": dataset_id}, lambda: out.info(dataset_id))

@@ -8,12 +8,13 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, JsonOpt
+from ikdata.cli._options import DatasetArg, JsonOpt, QuietOpt
 
 
 @app.command()
 def index(path: DatasetArg, json_: JsonOpt = False,
-          refresh: Annotated[bool, typer.Option("--refresh", help="Update it instead of rebuilding.")] = False) -> None:
+          refresh: Annotated[bool, typer.Option("--refresh", help="Update it instead of rebuilding.")] = False,
+          quiet: QuietOpt = False) -> None:
     """Rebuild the uuid index that show and lineage use (it is also refreshed on every use)."""
     from ikdata.core.errors import UsageError
     from ikdata.core.index import open_index
@@ -28,8 +29,6 @@ def index(path: DatasetArg, json_: JsonOpt = False,
         counts = opened.counts()
     document = {"path": str(path), "rows": sum(counts.values()), "definitions": len(counts),
                 "files_indexed": result.rebuilt + result.extended, "files_dropped": result.dropped}
-    if json_:
-        out.emit_json(document)
-    else:
-        out.info(f"indexed {document['rows']} workloads of {document['definitions']} definitions "
-                 f"in {document['files_indexed']} files ({path})")
+    out.Output(json=json_, quiet=quiet).result(document, lambda: out.info(
+        f"indexed {document['rows']} workloads of {document['definitions']} definitions "
+        f"in {document['files_indexed']} files ({path})"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,7 +10,7 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, open_dataset
+from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt, open_dataset
 
 IMPORT_EXAMPLES = """
 Examples:
@@ -28,15 +29,16 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
             dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would happen; write nothing.")] = False,
             keep_random: Annotated[bool, typer.Option("--keep-random", help="Keep FlashInfer rows with random "
                                                       "inputs (no expected output).")] = False,
-            definitions: DefinitionsOpt = None, json_: JsonOpt = False) -> None:
+            definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Merge a fully validated dataset into DST: all or nothing, each tensor stored once."""
     from ikdata.importing.apply import import_dataset
 
-    result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
-                            keep_random=keep_random)
-    if json_:
-        out.emit_json(result.to_dict())
-    else:
+    o = out.Output(json=json_, quiet=quiet)
+    with o.progress("import", unit="blobs") as progress:
+        result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
+                                keep_random=keep_random, progress=progress)
+
+    def human() -> None:
         verb = "would add" if dry_run else "added"
         moved = (f"{result.blobs_new} new" if dry_run
                  else f"{result.blobs_linked} linked, {result.blobs_copied} copied")
@@ -51,8 +53,9 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
             out.info(f"  conflict: {conflict}")
         if result.dataset_id:
             out.info(f"{dst} is now {result.dataset_id[:12]} (parent {result.parent_id[:12]})")
-    if dry_run and (result.refused or result.conflicts):
-        raise typer.Exit(1)
+
+    o.result(result.to_dict(), human)
+    o.exit(dry_run and (result.refused or result.conflicts))
 
 
 LINEAGE_EXAMPLES = """
@@ -68,17 +71,18 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             key: Annotated[Optional[str], typer.Argument(help="Workload uuid (or unique prefix), or a blob digest. "
                                                          "Omit it for the dataset's parent graph.")] = None,
             dot: Annotated[bool, typer.Option("--dot", help="Print the parent graph for Graphviz.")] = False,
-            json_: JsonOpt = False) -> None:
+            json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Trace a workload to its capture, imports and validations; or show the parent graph."""
     from ikdata.ops.lineage import graph, trace
 
+    o = out.Output(json=json_, quiet=quiet)
     path = open_dataset(path, None, ctx=ctx).root  # a remote is read through a temporary verified copy
     if key is None or dot:
         found = graph(path)
         if dot:
             typer.echo(found.to_dot(), nl=False)
-        elif json_:
-            out.emit_json(found.to_dict())
+        elif not o.human:
+            o.result(found.to_dict())
         else:
             for node_id, node in found.nodes.items():
                 out.info(f"{node_id[:12]} {node.name}" + (f" ({node.path})" if node.path else ""))
@@ -87,14 +91,17 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
                              f" from {parent.get('source', '?')}")
         return
     chains = trace(path, key)
-    if json_:
-        out.emit_json([c.to_dict() for c in chains])
+    if not o.human:
+        o.result([c.to_dict() for c in chains])
         return
     for chain in chains:
         out.info(f"workload {chain.uuid} ({chain.definition}) at {chain.row}"
                  + (f", uses the blob as {', '.join(chain.uses)}" if chain.uses else ""))
         capture = chain.capture or {}
         out.info("  captured: " + (", ".join(f"{k}={v}" for k, v in capture.items()) or "no receipt"))
+        if chain.request is not None:
+            out.info("  request: " + _shortened(json.dumps(chain.request, sort_keys=True, ensure_ascii=False,
+                                                           default=str)))
         for hop in chain.imports:
             out.info(f"  imported: from {hop['from'][:12]} ({hop.get('source', '?')}) by {hop.get('how', 'import')} "
                      f"at {_when(hop.get('at'))}")
@@ -102,6 +109,15 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             metrics = check.get("metrics")
             out.info(f"  validated: {check.get('status')} on {check.get('device', '?')} "
                      f"(torch {check.get('torch', '?')}; {check['from']})" + (f": {_metrics(metrics)}" if metrics else ""))
+
+
+_REQUEST_SHOWN = 2000  # characters of a request payload in the text output; --json has all of it
+
+
+def _shortened(text: str) -> str:
+    if len(text) <= _REQUEST_SHOWN:
+        return text
+    return f"{text[:_REQUEST_SHOWN]}… ({len(text)} characters; --json shows all of it)"
 
 
 def _metrics(metrics: object) -> str:
@@ -129,13 +145,15 @@ def _when(at: object) -> str:
 
 @app.command("diff")
 def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
-          b: Annotated[Path, typer.Argument(help="Dataset B (after).")], json_: JsonOpt = False) -> None:
+          b: Annotated[Path, typer.Argument(help="Dataset B (after).")], json_: JsonOpt = False,
+          quiet: QuietOpt = False) -> None:
     """Show workloads added, removed and changed per definition, and definitions changed."""
     from ikdata.ops.diff import diff
 
     changes = diff(a, b)
-    if json_:
-        out.emit_json(changes.to_dict())
+    o = out.Output(json=json_, quiet=quiet)
+    if not o.human:
+        o.result(changes.to_dict())
         return
     if changes.is_empty:
         out.info(f"{a} and {b} hold the same workloads and definitions")
@@ -152,13 +170,14 @@ def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
 def gc(path: DatasetArg,
        dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")] = False,
        grace: Annotated[float, typer.Option("--grace", help="Spare blobs younger than this many minutes.")] = 10.0,
-       json_: JsonOpt = False) -> None:
+       json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Delete blobs that no workload or receipt references (holds the dataset lock)."""
     from ikdata.ops.gc import collect_garbage
 
     result = collect_garbage(path, dry_run=dry_run, grace_minutes=grace)
-    if json_:
-        out.emit_json(result.to_dict())
+    o = out.Output(json=json_, quiet=quiet)
+    if not o.human:
+        o.result(result.to_dict())
         return
     verb = "would delete" if dry_run else "deleted"
     out.info(f"{path}: {verb} {len(result.deleted)} unreferenced blob(s), {out.human_bytes(result.bytes_freed)} "

@@ -9,7 +9,7 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import JsonOpt
+from ikdata.cli._options import JsonOpt, QuietOpt
 
 NOISE_EXAMPLES = """
 \b
@@ -26,7 +26,7 @@ def noise_command(
             "--shape", help="NAME=D0,D1,... for each stream, in the order they are drawn (video first).")],
         save: Annotated[Optional[Path], typer.Option(
             "--save", help="Also write the tensors to this safetensors file (keys: stream names).")] = None,
-        json_: JsonOpt = False) -> None:
+        json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Draw the initial noise of recipe cpu-randn-float32/1 and print its digest, so another engine can prove
     it started from the same noise."""
     from ikdata.core import noise
@@ -40,8 +40,9 @@ def noise_command(
     document = noise.describe(seed, streams, found)
     if save is not None:
         document["saved"] = str(save)
-    if json_:
-        out.emit_json(document)
+    o = out.Output(json=json_, quiet=quiet)
+    if not o.human:
+        o.result(document)
         return
     out.info(f"recipe {noise.RECIPE}  seed {seed}")
     for s in streams:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-from typing import Annotated, Callable, Iterator, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import JsonOpt
+from ikdata.cli._options import JsonOpt, QuietOpt
 
 UrlArg = Annotated[str, typer.Argument(help="Remote: a folder, file://, memory://, s3://bucket/prefix or "
                                             "hf://datasets/org/name[@revision].", show_default=False)]
@@ -44,40 +43,19 @@ def _options(endpoint_url: str | None, profile: str | None, revision: str | None
     return RemoteOptions(endpoint_url=endpoint_url, profile=profile, revision=revision)
 
 
-@contextlib.contextmanager
-def _progress(enabled: bool) -> Iterator[Callable | None]:
-    """A rich progress bar of bytes and objects, driven by the library's callbacks."""
-    if not enabled or not out.err_console.is_terminal:  # a bar only where someone watches it
-        yield None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   TextColumn("{task.fields[objects]}"), console=out.err_console, transient=True)
-    tasks: dict[str, int] = {}
-
-    def update(p) -> None:
-        if p.phase not in tasks:
-            tasks[p.phase] = bar.add_task(p.phase, total=p.bytes_total or None, objects="")
-        bar.update(tasks[p.phase], completed=p.bytes_done, total=p.bytes_total or None,
-                   objects=f"{p.objects_done}/{p.objects_total} objects")
-
-    with bar:
-        yield update
-
-
 @app.command(epilog=PUSH_EXAMPLES)
 def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_default=False)], url: UrlArg,
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
-         revision: RevisionOpt = None) -> None:
+         revision: RevisionOpt = None, quiet: QuietOpt = False) -> None:
     """Publish a dataset: only the blobs the remote lacks, then the files, then the manifest (last, atomically)."""
     from ikdata.remote import push as push_mod
 
-    with _progress(not json_) as progress:
+    o = out.Output(json=json_, quiet=quiet)
+    with o.progress("push", unit="objects") as progress:
         result = push_mod.push(path, url, options=_options(endpoint_url, profile, revision), jobs=jobs,
                                progress=progress)
-    if json_:
-        out.emit_json(result.to_dict())
+    if not o.human:
+        o.result(result.to_dict())
         return
     if result.merged:
         out.info(f"merged remote dataset(s) {', '.join(m[:12] for m in result.merged)} into {path} first")
@@ -91,32 +69,34 @@ def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_defau
 def pull(url: UrlArg, path: Annotated[Path, typer.Argument(help="Dataset folder (created if new).",
                                                            show_default=False)],
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
-         revision: RevisionOpt = None) -> None:
+         revision: RevisionOpt = None, quiet: QuietOpt = False) -> None:
     """Fetch a remote dataset into PATH, verifying every blob; merges (import rules) when PATH has data."""
     from ikdata.remote import pull as pull_mod
 
-    with _progress(not json_) as progress:
+    o = out.Output(json=json_, quiet=quiet)
+    with o.progress("pull", unit="objects") as progress:
         result = pull_mod.pull(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
                                progress=progress)
-    _report(result, path, json_)
+    _report(result, path, o)
 
 
 @app.command(epilog=CLONE_EXAMPLES)
 def clone(url: UrlArg, path: Annotated[Path, typer.Argument(help="New dataset folder.", show_default=False)],
           jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
-          revision: RevisionOpt = None) -> None:
+          revision: RevisionOpt = None, quiet: QuietOpt = False) -> None:
     """Copy a remote dataset into a new folder, verifying every blob; the folder appears only when complete."""
     from ikdata.remote import pull as pull_mod
 
-    with _progress(not json_) as progress:
+    o = out.Output(json=json_, quiet=quiet)
+    with o.progress("clone", unit="objects") as progress:
         result = pull_mod.clone(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
                                 progress=progress)
-    _report(result, path, json_)
+    _report(result, path, o)
 
 
-def _report(result, path: Path, json_: bool) -> None:
-    if json_:
-        out.emit_json(result.to_dict())
+def _report(result, path: Path, o: out.Output) -> None:
+    if not o.human:
+        o.result(result.to_dict())
         return
     if result.how == "up-to-date":
         out.info(f"{path}: already holds {result.remote_id[:12]}")

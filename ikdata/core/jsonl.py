@@ -44,7 +44,7 @@ def append(path: str | os.PathLike, records: Iterable[Any], *, fsync: bool = Tru
 
 def _append(path: Path, payload: bytes, *, fsync: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
@@ -88,8 +88,23 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read(path: str | os.PathLike, *, display: str | None = None) -> JsonlContent:
-    """Parse every line; malformed and torn lines become problems, never exceptions."""
+def _torn_line(display: str, line: int, dataset: str | os.PathLike | None) -> Problem:
+    """The torn-last-line problem, whose hint names the real dataset folder when it is known."""
+    import shlex
+
+    command = f"ikdata repair {shlex.quote(str(dataset))}" if dataset is not None else "ikdata repair"
+    target = (f'"{command}"' if "'" in command else f"'{command}'") + ("" if dataset is not None else
+                                                                         " on its dataset folder")
+    return Problem(display, f"torn last line (no newline: a writer was killed mid-write); run {target} "
+                   "to set it aside", line, code="torn-line")
+
+
+def read(path: str | os.PathLike, *, display: str | None = None,
+         dataset: str | os.PathLike | None = None) -> JsonlContent:
+    """Parse every line; malformed and torn lines become problems, never exceptions.
+
+    ``dataset``, the folder the file belongs to, is named in the hint of a torn line.
+    """
     display = display or str(path)
     content = JsonlContent(display)
     data = read_bytes_locked(path)
@@ -114,14 +129,12 @@ def read(path: str | os.PathLike, *, display: str | None = None) -> JsonlContent
                 content.problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON "
                                                 "object per line", number, code="malformed-json"))
     if torn_tail:
-        content.problems.append(Problem(
-            display, "torn last line (no newline: a writer was killed mid-write); "
-            "run 'ikdata repair DATASET' to set it aside", last, code="torn-line"))
+        content.problems.append(_torn_line(display, last, dataset))
     return content
 
 
-def iter_records(path: str | os.PathLike, problems: list[Problem], *,
-                 display: str | None = None) -> Iterator[tuple[int, Any]]:
+def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: str | None = None,
+                 dataset: str | os.PathLike | None = None) -> Iterator[tuple[int, Any]]:
     """Yield (line, record) one at a time, appending bad lines to ``problems``, as ``read`` reports them.
 
     For one pass over a large file (stats): nothing is held, so memory stays flat.
@@ -143,8 +156,7 @@ def iter_records(path: str | os.PathLike, problems: list[Problem], *,
                 problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object per line",
                                         number, code="malformed-json"))
     if torn_tail:
-        problems.append(Problem(display, "torn last line (no newline: a writer was killed mid-write); "
-                                "run 'ikdata repair DATASET' to set it aside", last, code="torn-line"))
+        problems.append(_torn_line(display, last, dataset))
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,42 @@ def raw_tensor(value: Any) -> RawTensor:
     raise StoreError(f"cannot store a {type(value).__name__}; pass a torch tensor or a numpy array")
 
 
+def _process_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``);
+    elsewhere set and restored at once, which is safe here because it runs at import."""
+    try:
+        with open("/proc/self/status", "rb") as stream:
+            for line in stream:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates 0600 files; a dataset in a shared folder must be readable as the umask allows
+# (0644 under umask 022), like any file the user creates. Read once: a umask rarely changes mid-run.
+FILE_MODE = 0o666 & ~_process_umask()
+
+
+def make_temp(folder: Path) -> tuple[int, str]:
+    """A unique temp file in ``folder`` (open descriptor, path), with the umask's mode, not 0600."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
 def write_atomic(path: Path, chunks: Iterable[Any]) -> None:
     """Write bytes to a unique temp file beside ``path``, fsync, and rename it into place.
+
+    The file gets the mode the umask allows (:data:`FILE_MODE`), as a plain ``open`` would give it.
 
     Raises:
         FileSystemError: the OS refused (disk full, file-size limit, read-only, permission); it
@@ -116,7 +150,7 @@ def write_atomic(path: Path, chunks: Iterable[Any]) -> None:
 
 def _write_atomic(path: Path, chunks: Iterable[Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    fd, tmp = make_temp(path.parent)
     try:
         with os.fdopen(fd, "wb") as stream:
             for chunk in chunks:

@@ -45,6 +45,7 @@ from ikdata.core.journal import JOURNAL, STAGING, recover, roll_forward, write_j
 from ikdata.core.locking import LOCK_FILE, dataset_lock
 from ikdata.importing.plan import ImportPlan, plan_import, raise_refusals
 from ikdata.core.safetensors_format import encode_header
+from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import blob_path, write_atomic
 
 
@@ -97,7 +98,8 @@ class ImportResult:
 
 def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: bool = False,
                    dry_run: bool = False, how: str = "import", source: str | None = None,
-                   definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False) -> ImportResult:
+                   definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False,
+                   progress: ProgressCallback | None = None) -> ImportResult:
     """Merge the validated workloads of SRC into DST, all or nothing.
 
     Args:
@@ -110,6 +112,8 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
         source: where SRC came from, for the parent record (default: SRC's path).
         definitions: extra definition folders (the seed layout needs them).
         keep_random: keep FlashInfer rows with ``random`` inputs, without expected output.
+        progress: called with :class:`~ikdata.core.progress.Progress` as blobs are rehashed
+            ("rehash") and staged ("stage"); the library never draws.
 
     Returns:
         An :class:`ImportResult`.
@@ -134,7 +138,7 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
     hop = {"how": how, "source": source or str(src), "at": time.time()}
     if dry_run:
         plan = plan_import(src, dst, only_passed=only_passed, definitions=definitions, keep_random=keep_random,
-                           hop=hop)
+                           hop=hop, progress=progress)
         return _result(plan, src, dst, dry_run=True)
     if empty:
         from ikdata.core.layout import init_dataset
@@ -143,13 +147,13 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
     with dataset_lock(dst, exclusive=True):
         recover(dst, locked=True)
         plan = plan_import(src, dst, only_passed=only_passed, definitions=definitions, keep_random=keep_random,
-                           hop=hop)
+                           hop=hop, progress=progress)
         raise_refusals(plan)
         if plan.is_noop:
             return _result(plan, src, dst, dataset_id=manifest.current_id(dst))
         parent = {"id": plan.source.dataset_id, **hop}
         try:
-            linked, copied = _stage_and_commit(plan, dst, parent)
+            linked, copied = _stage_and_commit(plan, dst, parent, progress)
         except BaseException:  # disk full, size limit...: before the commit point, leave nothing behind
             if not (dst / STAGING / JOURNAL).is_file():
                 shutil.rmtree(dst / STAGING, ignore_errors=True)
@@ -166,7 +170,8 @@ def _result(plan: ImportPlan, src: Path, dst: Path, *, dry_run: bool = False, li
                         plan.source.dataset_id, dry_run, len(plan.blobs))
 
 
-def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict) -> tuple[int, int]:
+def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict,
+                      progress: ProgressCallback | None = None) -> tuple[int, int]:
     """Steps 1-3: stage blobs and new bytes, then write the journal (the commit point)."""
     staging = dst / STAGING
     shutil.rmtree(staging, ignore_errors=True)
@@ -186,6 +191,8 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict) -> tuple[int, i
                                   *_chunks(tensor.path, entry.start, entry.end)])
             copied += 1
         steps.append({"kind": "blob", "staged": staged.relative_to(dst).as_posix(), "target": blob_path(digest)})
+        if progress:
+            progress(Progress("stage", len(steps), len(plan.blobs)))
     checkpoint("blobs-staged")
     appends = dict(plan.rows)
     if plan.receipts:

@@ -1,8 +1,9 @@
 """Provenance queries: where a workload (or a blob) came from, and the parent graph of a dataset.
 
 A workload's chain, in order: its capture receipt (engine, model, request, step,
-module, process, host, time); every import hop (from which dataset id, when, how);
-every validation (the one each import attached, and the cases of the dataset's own
+module, process, host, time) and the request payload the engine served (the body a
+``--request-file`` named as ``request``); every import hop (from which dataset id, when,
+how); every validation (the one each import attached, and the cases of the dataset's own
 replay report).
 """
 
@@ -24,6 +25,7 @@ from ikdata.core.store import DIGEST_RE, digest_from_path
 
 CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
                   "operation", "module_path", "process_id", "host", "captured_at", "origin", "source_row")
+REQUEST_FIELD = "request"  # the request body the engine served, as the request file (or the seed script) gave it
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Chain:
 
     Attributes:
         uses: for a blob query, where this workload uses the blob (``inputs/A``, ``expected_output/C``).
+        request: the request payload the engine served (any JSON value), None when the receipt has none.
     """
 
     uuid: str
@@ -41,10 +44,12 @@ class Chain:
     imports: tuple[dict, ...]
     validations: tuple[dict, ...]
     uses: tuple[str, ...] = ()
+    request: Any = None
 
     def to_dict(self) -> dict:
         return {"uuid": self.uuid, "definition": self.definition, "row": self.row, "capture": self.capture,
-                "imports": list(self.imports), "validations": list(self.validations), "uses": list(self.uses)}
+                "request": self.request, "imports": list(self.imports), "validations": list(self.validations),
+                "uses": list(self.uses)}
 
 
 def trace(path: str | os.PathLike, key: str) -> list[Chain]:
@@ -100,15 +105,17 @@ def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str
     capture = None
     imports: tuple[dict, ...] = ()
     validations: list[dict] = []
+    request = None
     if receipt is not None:
         capture = {k: receipt.provenance[k] for k in CAPTURE_FIELDS if receipt.provenance.get(k) is not None}
+        request = receipt.provenance.get(REQUEST_FIELD)
         imports = receipt.imports
         if receipt.validation:
             validations.append(_summary(receipt.validation, "receipt (attached by import)"))
     validations += [_summary(case, "this dataset's replay report") for case in cases]
     where = f"{row.source}:{row.line}" if row is not None else "(no row)"
     return Chain(uuid, row.definition if row else receipt.definition, where, capture, imports,
-                 tuple(validations), uses)
+                 tuple(validations), uses, request)
 
 
 def _summary(validation: dict, where: str) -> dict:

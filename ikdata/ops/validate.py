@@ -15,6 +15,7 @@ from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import DTYPES, TensorEntry, canonical_problem, encode_header
+from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobCheck, digest_from_path, read_entries, rehash_files
 
 
@@ -55,22 +56,25 @@ class _Use:
     context: str
 
 
-def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None) -> ValidationReport:
+def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None,
+             progress: ProgressCallback | None = None) -> ValidationReport:
     """Check a dataset and return every problem found.
 
     Args:
         ds: the dataset, as returned by :func:`ikdata.open`.
         deep: also rehash every blob and compare with the digest its name carries.
         jobs: threads for reading and hashing blobs (default: all cores).
+        progress: called with :class:`~ikdata.core.progress.Progress` ("rehash", blobs done, total)
+            as a deep validation rehashes blobs (possibly from another thread).
 
     Example:
         >>> report = validate(ikdata.open("runs/gemm"), deep=True)
         >>> [str(p) for p in report.problems]
     """
     report = ValidationReport(deep=deep)
-    prehash = _Prehash(ds, jobs) if deep else None  # hashes blobs while the records are checked
+    prehash = _Prehash(ds, jobs, progress) if deep else None  # hashes blobs while the records are checked
     try:
-        _validate(ds, report, prehash, deep=deep, jobs=jobs)
+        _validate(ds, report, prehash, deep=deep, jobs=jobs, progress=progress)
     finally:
         if prehash is not None:
             prehash.cancel()
@@ -83,10 +87,11 @@ class _Prehash:
     released). Symlinks, and a ``blob/`` folder that is itself a link out of the dataset, are
     left to the foreground, which refuses links that leave the dataset before reading them."""
 
-    def __init__(self, ds: Dataset, jobs: int | None) -> None:
+    def __init__(self, ds: Dataset, jobs: int | None, progress: ProgressCallback | None = None) -> None:
         self.stored, inside = _scan(ds)
         self.paths = sorted(inside)
         self.results: dict[str, BlobCheck] = {}
+        self.progress = progress
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(str(ds.root), jobs), daemon=True,
                                         name="ikdata-prehash")
@@ -97,6 +102,8 @@ class _Prehash:
         try:
             for rel, check in zip(self.paths, checks):
                 self.results[rel] = check
+                if self.progress:
+                    self.progress(Progress("rehash", len(self.results), len(self.paths)))
                 if self._stop.is_set():
                     break
         finally:
@@ -112,7 +119,7 @@ class _Prehash:
 
 
 def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *, deep: bool,
-              jobs: int | None) -> None:
+              jobs: int | None, progress: ProgressCallback | None = None) -> None:
     problems = report.problems
     definitions = ds.definitions
     problems += ds.definition_problems
@@ -237,7 +244,8 @@ def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, 
 
 
 def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, deep: bool,
-                 jobs: int | None, prehash: _Prehash | None = None) -> None:
+                 jobs: int | None, prehash: _Prehash | None = None,
+                 progress: ProgressCallback | None = None) -> None:
     problems = report.problems
     files: dict[str, Path | None] = {}
     if prehash is not None:
@@ -266,6 +274,8 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         done = prehash.wait() if prehash is not None else {}
         rest = [p for p in paths if p not in done]
         found = dict(zip(rest, rehash_files([os.path.join(root, p) for p in rest], jobs=jobs)))
+        if progress and rest:  # links and late files, rehashed here rather than by the prehash
+            progress(Progress("rehash", len(paths), len(paths)))
         for rel in paths:
             check = done.get(rel) or found[rel]
             report.blobs_rehashed += 1

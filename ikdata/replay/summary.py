@@ -1,11 +1,17 @@
-"""Summaries of a replay report: counts, the failing cases, and rows for a per-definition table."""
+"""Summaries of a replay report: counts, the failing cases, and rows for a per-definition table.
+
+:func:`fit_table` lays the rows out for a terminal of a given width (pure strings, no drawing):
+columns are dropped or cut rather than wrapped, so a table stays readable at 80 columns.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 STATUSES = ("passed", "failed", "error", "skipped")
+CASE_COLUMNS = ("uuid", "axes", "status", "max abs", "rel rms", "cos", "mism", "s", "note")
 
 
 def counts(report: Mapping[str, Any]) -> dict[str, int]:
@@ -67,4 +73,71 @@ def case_rows(report: Mapping[str, Any]) -> dict[str, list[list[str]]]:
     return tables
 
 
-__all__ = ["STATUSES", "case_rows", "counts", "exit_code", "summarize"]
+# Dropped first to last when a table is too wide: the note moves under the table (whole), then
+# the least telling metrics go; uuid, status, max abs and axes (cut to fit) always stay.
+_DROP_ORDER = ("note", "s", "mism", "rel rms", "cos")
+_CELL_OVERHEAD = 3  # a table draws " cell " plus one border per column
+_EDGE = 1  # and one more border at the left edge
+_MIN_AXES = 9
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """What fits: the columns kept, the rows cut to them, and notes to print under the table.
+
+    Attributes:
+        notes: ``(uuid, note)`` for each row whose note column was dropped, in row order.
+    """
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[tuple[str, str], ...] = ()
+
+    def width(self) -> int:
+        """Characters the table takes when drawn with one border and one space each side of a cell."""
+        return table_width(self.columns, self.rows)
+
+
+def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """Width of a bordered table of these cells when no cell wraps."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    return _EDGE + sum(w + _CELL_OVERHEAD for w in widths)
+
+
+def fit_table(rows: Sequence[Sequence[str]], width: int) -> TableLayout:
+    """Lay out :func:`case_rows` rows (columns :data:`CASE_COLUMNS`) within ``width`` characters.
+
+    Nothing wraps: first the notes move under the table, then the seconds, mismatched fraction,
+    relative RMS and cosine columns go, in that order; if it is still too wide, axes are cut
+    with an ellipsis. uuid, axes, status and max abs always stay.
+
+    Example:
+        >>> layout = fit_table(case_rows(report)["gemm_n4_k8"], 80)
+        >>> layout.columns
+        ('uuid', 'axes', 'status', 'max abs', 'rel rms', 'cos', 'mism', 's')
+    """
+    columns = list(CASE_COLUMNS)
+    table = [list(r) for r in rows]
+    notes: list[tuple[str, str]] = []
+    for name in _DROP_ORDER:
+        if table_width(columns, table) <= width:
+            break
+        index = columns.index(name)
+        if name == "note":
+            notes = [(r[0], r[index]) for r in table if r[index]]
+        columns.pop(index)
+        for r in table:
+            r.pop(index)
+    over = table_width(columns, table) - width
+    if over > 0:
+        axes = columns.index("axes")
+        longest = max([len(columns[axes]), *(len(r[axes]) for r in table)])
+        room = max(_MIN_AXES, longest - over)
+        for r in table:
+            if len(r[axes]) > room:
+                r[axes] = r[axes][:room - 1] + "…"
+    return TableLayout(tuple(columns), tuple(tuple(r) for r in table), tuple(notes))
+
+
+__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table", "summarize",
+           "table_width"]

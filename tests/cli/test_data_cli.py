@@ -119,7 +119,7 @@ def test_stats_survives_rows_of_the_wrong_shape(ikdata_dataset):
     with open(ikdata_dataset / ROWS, "ab") as stream:
         stream.write(b'[1, 2]\n{"definition": ["x"], "workload": {"inputs": {"A": 3}}}\n{"workload": 1}\n{"torn')
     result = runner.invoke(app, ["stats", str(ikdata_dataset), "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # issue 10: exit 1 whenever problems were found (was 0)
     stats = json.loads(result.stdout)
     assert stats["workloads"] == 4 and stats["problems"] == 1
     human = runner.invoke(app, ["stats", str(ikdata_dataset)])
