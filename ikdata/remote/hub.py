@@ -4,11 +4,17 @@ Objects are sent in batches, one ``HfApi.create_commit`` per batch (never one
 commit per file); the manifest goes in its own final commit whose
 ``parent_commit`` is the head at which the remote manifest was last seen
 unchanged, so a concurrent publish makes it fail with 412 instead of mixing.
+
+Before a push relies on a blob the repository already holds, the tree listing's content
+ids (computed by the Hub from the bytes: the LFS sha256, or the git blob id of a regular
+file) are compared with the local file, so a blob replaced with other bytes of the same
+size is sent again, without one more request.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -38,6 +44,7 @@ class HubBackend(Backend):
         self.repo_id, self.repo_type = remote.repo_id or "", remote.repo_type or "dataset"
         self.revision = options.revision or "main"
         self.sub = remote.path
+        self.content_ids: dict[str, tuple[str | None, str | None]] = {}  # path -> (git blob id, LFS sha256)
 
     def _path(self, rel: str) -> str:
         return f"{self.sub}/{rel}" if self.sub else rel
@@ -119,7 +126,11 @@ class HubBackend(Backend):
                 for entry in self.api.list_repo_tree(self.repo_id, path_in_repo=base, recursive=True,
                                                      repo_type=self.repo_type, revision=self.revision):
                     if isinstance(entry, RepoFile):
-                        listed[entry.path[len(strip):]] = int(entry.size)
+                        rel = entry.path[len(strip):]
+                        listed[rel] = int(entry.size)
+                        lfs = getattr(entry, "lfs", None)
+                        self.content_ids[rel] = (getattr(entry, "blob_id", None),
+                                                 getattr(lfs, "sha256", None) if lfs else None)
             except EntryNotFoundError:
                 return {}
         return listed
@@ -142,6 +153,21 @@ class HubBackend(Backend):
             done_bytes += sum(i.size for i in batch)
             if progress:
                 progress(Progress("upload", done, len(items), done_bytes, total_bytes))
+
+    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
+        """Blobs whose listed content id (LFS sha256, else git blob id) is not the local file's; a blob
+        the listing gave no id for is trusted by size."""
+        damaged = []
+        for rel, local in blobs:
+            blob_id, lfs_sha256 = self.content_ids.get(rel, (None, None))
+            if lfs_sha256:
+                if _file_hash(local, hashlib.sha256()) != lfs_sha256:
+                    damaged.append(rel)
+            elif blob_id:
+                header = f"blob {local.stat().st_size}\0".encode()
+                if _file_hash(local, hashlib.sha1(header, usedforsecurity=False)) != blob_id:
+                    damaged.append(rel)
+        return damaged
 
     def fetch(self, rel: str, dest: Path) -> None:
         with self._errors(f"download {rel}"):
@@ -171,6 +197,14 @@ class HubBackend(Backend):
                 if exc.response is not None and exc.response.status_code in (409, 412):
                     raise PublishConflict("the remote manifest changed while pushing", url=self.url) from exc
                 raise
+
+
+def _file_hash(path: Path, hasher: "hashlib._Hash") -> str:
+    """A transport checksum of a local file (compared with what the Hub computed), not a content digest."""
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            hasher.update(chunk)
+    return hasher.hexdigest()
 
 
 def _batches(items: Sequence[Upload]) -> Iterator[list[Upload]]:

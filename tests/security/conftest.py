@@ -23,6 +23,8 @@ _remote = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_remote)
 s3_server = _remote.s3_server
 s3_env = _remote.s3_env
+hub_server = _remote.hub_server
+hub_env = _remote.hub_env
 
 
 @pytest.fixture(autouse=True)

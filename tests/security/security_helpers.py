@@ -20,6 +20,9 @@ def remote_url(backend: str, request, tmp_path: Path) -> str:
         return str(tmp_path / f"remote-{name}")
     if backend == "memory":
         return f"memory://ikdata-security/{name}"
+    if backend == "hf":
+        request.getfixturevalue("hub_env")
+        return f"hf://datasets/test-org/security-{name}"
     request.getfixturevalue("s3_env")
     return f"s3://ikdata-test/{name}"
 

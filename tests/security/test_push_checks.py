@@ -2,8 +2,8 @@
 
 A remote blob flipped in place (same size, so a listing cannot tell) must not stay named by the
 next manifest push publishes: folder and memory remotes are rehashed or compared, S3 is checked
-through the ETag of the listing and the sha256 checksum stored at upload. The Hub is trusted by
-size (documented in the README); ``validate --deep URL`` catches the rest.
+through the ETag of the listing and the sha256 checksum stored at upload, the Hub through the
+content ids of its tree listing (git blob id, LFS sha256); ``validate --deep URL`` catches the rest.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from remote_helpers import first_blob, flip_last_byte, tamper
 from security_helpers import remote_url
 
 
-@pytest.mark.parametrize("backend", ["folder", "memory", "s3"])
+@pytest.mark.parametrize("backend", ["folder", "memory", "s3", "hf"])
 def test_a_remote_blob_flipped_in_place_is_sent_again(backend, request, make_ikdata_dataset, tmp_path):
     root = make_ikdata_dataset(2)
     url = remote_url(backend, request, tmp_path)
     push(root, url)
     rel = first_blob(root)
-    tamper(url, rel, flip_last_byte(root / rel))
+    tamper(url, rel, flip_last_byte(root / rel), hub=request.getfixturevalue("hub_server") if backend == "hf" else None)
     a = np.full((3, 8), 2.0, dtype=np.float32)
     writer = DatasetWriter(root)
     writer.add(Definition.from_dict(gemm_definition_record(), origin=USER, source="t"),
@@ -42,7 +42,7 @@ def test_a_remote_blob_flipped_in_place_is_sent_again(backend, request, make_ikd
     assert copy.dataset_id == result.dataset_id
 
 
-@pytest.mark.parametrize("backend", ["folder", "s3"])
+@pytest.mark.parametrize("backend", ["folder", "s3", "hf"])
 def test_an_intact_remote_is_not_sent_again(backend, request, make_ikdata_dataset, tmp_path):
     root = make_ikdata_dataset(2)
     url = remote_url(backend, request, tmp_path)
