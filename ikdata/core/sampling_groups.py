@@ -179,4 +179,41 @@ def _describe(test: Mapping[str, Any]) -> str:
             f"{test['alpha']:.3g} ({seen} with power 0.9{need})")
 
 
-__all__ = ["DefinitionVerdict", "JUDGE", "decide", "is_sampling_case"]
+def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mapping[str, Any],
+                 found: Mapping[str, Any], definition: Any = None) -> list[str]:
+    """Why a sampling case's "passed" cannot be trusted (empty: it can), for :func:`ikdata.core.verdicts.recheck`.
+
+    The recorded alpha may not be below the definition's (or the default), the order must be the
+    definition's, no draw may lie outside the kept set, no test may be too small or below its
+    alpha; and when the report holds the records of the definition's cases the pooled verdict is
+    recomputed from them and must pass this case.
+    """
+    reasons = []
+    judge = (definition.judge if definition is not None and isinstance(definition.judge, Mapping) else {}) or {}
+    alpha = spec.get("alpha")
+    allowed = float(judge.get("alpha", DEFAULT_ALPHA))
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha < allowed or alpha >= 1:
+        reasons.append(f"alpha {alpha!r} is below the required {allowed} (a smaller alpha misses more)")
+    if judge and spec.get("order") != judge.get("order", "any"):
+        reasons.append(f"judged with cut order {spec.get('order')!r}, the definition declares {judge.get('order', 'any')!r}")
+    if found.get("outside"):
+        reasons.append(f"{found.get('outside')} drawn token(s) outside the kept set")
+    if found.get("too_small"):
+        reasons.append("too few draws to judge")
+    p_value, each = found.get("p_value"), found.get("alpha_per_test")
+    if found.get("tests"):
+        if not isinstance(p_value, (int, float)) or not isinstance(each, (int, float)) or p_value < each:
+            reasons.append(f"p-value {p_value!r} is below its alpha {each!r}")
+    elif not found.get("judged"):
+        reasons.append("no draw was judged")
+    cases = [c for c in report.get("cases") or () if c.get("definition") == case.get("definition")
+             and is_sampling_case(c) and isinstance(c.get("sampling"), Mapping)]
+    if not reasons and isinstance(case.get("sampling"), Mapping) and cases:
+        verdict = decide(str(case.get("definition")), cases, alpha=float(alpha))
+        status, why, _ = verdict.statuses.get(case.get("uuid"), ("missing", "not in the pooled cases", {}))
+        if status != "passed":
+            reasons.append(f"recomputed from the report's cases: {status}" + (f" ({why})" if why else ""))
+    return reasons
+
+
+__all__ = ["DefinitionVerdict", "JUDGE", "decide", "is_sampling_case", "recheck_case"]

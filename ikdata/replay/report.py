@@ -279,6 +279,9 @@ def combine(reports: Iterable[Mapping[str, Any]], *, names: Iterable[str] | None
                     finished_at=max(ends) if len(ends) == len(reports) else None,
                     refused=sorted(refused.values(), key=lambda r: r["definition"]),
                     cases=sorted(cases, key=case_order))
+    from ikdata.replay.sampling import regroup  # sampling definitions are decided over every shard's cases
+
+    regroup(combined)
     return combined
 
 

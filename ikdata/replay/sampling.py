@@ -111,13 +111,24 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
 def decide_all(out: Any) -> list[dict[str, Any]]:
     """Pool the sampling cases of every definition in the report; update each case and the report's "sampling".
 
-    ``out`` is the :class:`ikdata.replay.report.ReportFile` being written.
+    ``out`` is the :class:`ikdata.replay.report.ReportFile` being written: changed cases are journaled.
+    """
+    changed, groups = regroup(out.report)
+    for case in changed:
+        out.add(case)
+    return groups
+
+
+def regroup(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Decide the sampling definitions of a report (a whole run, or shards combined) in place.
+
+    Returns the cases whose status changed and the report's new ``"sampling"`` list.
     """
     by_definition: dict[str, list[dict[str, Any]]] = {}
-    for case in out.report["cases"]:
+    for case in report["cases"]:
         if is_sampling_case(case) and isinstance(case.get("sampling"), Mapping):
             by_definition.setdefault(case["definition"], []).append(case)
-    groups = []
+    groups, changed = [], []
     for name in sorted(by_definition):
         cases = by_definition[name]
         alpha = max(float(c["tolerance"]["samples"].get("alpha", DEFAULT_ALPHA)) for c in cases)
@@ -129,11 +140,13 @@ def decide_all(out: Any) -> list[dict[str, Any]]:
             if reason:
                 updated["reason"] = reason
             if updated != case:
-                out.add(updated)
+                changed.append(updated)
         groups.append(verdict.to_dict())
+    by_uuid = {c["uuid"]: c for c in changed}
+    report["cases"] = [by_uuid.get(c["uuid"], c) for c in report["cases"]]
     if groups:
-        out.report["sampling"] = groups
-    return groups
+        report["sampling"] = groups
+    return changed, groups
 
 
-__all__ = ["AWAITING", "decide_all", "execute", "is_sampling", "judge_settings"]
+__all__ = ["AWAITING", "decide_all", "execute", "is_sampling", "judge_settings", "regroup"]

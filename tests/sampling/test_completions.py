@@ -87,3 +87,35 @@ def test_import_then_replay_judges_the_draws(tmp_path, shift, status):
     test = report["sampling"][0]["tests"][0]
     assert test["test"] == "tv" and test["n"] == 400 and test["alpha"] == 1e-3
     assert test["detectable_tv"] < 0.15 and "simulated" in test["null"]
+
+
+def test_import_rechecks_sampling_verdicts_and_shards_combine(tmp_path):
+    import orjson
+
+    import ikdata
+    from ikdata.importing.apply import import_dataset
+    from ikdata.replay.report import combine
+    from ikdata.replay.runner import replay
+
+    rng = np.random.default_rng(4)
+    lines = [_line(draws=[{"seed": s + 1000 * i, "token": f"token_id:{int(t)}"} for s, t in enumerate(_server_draws(300, rng))],
+                   prompt=f"prompt {i}") for i in range(3)]
+    import_completions(_write(tmp_path, lines), tmp_path / "ds")
+    ds = ikdata.open(tmp_path / "ds")
+    whole = replay(ds, reuse=False).report
+    assert [c["status"] for c in whole["cases"]] == ["passed"] * 3
+    shards = [replay(ikdata.open(tmp_path / "ds"), shard=f"{i}/2", reuse=False).report for i in (1, 2)]
+    combined = combine(shards)
+    assert [c["status"] for c in combined["cases"]] == ["passed"] * 3
+    assert [t["p_value"] for t in combined["sampling"][0]["tests"]] == [t["p_value"] for t in whole["sampling"][0]["tests"]]
+    result = import_dataset(tmp_path / "ds", tmp_path / "shared")
+    assert len(result.added) == 3
+    # a report that claims a looser alpha is not trusted
+    path = tmp_path / "ds" / "reports" / "replay.json"
+    report = orjson.loads(path.read_bytes())
+    for case in report["cases"]:
+        case["tolerance"]["samples"]["alpha"] = 1e-9
+    path.write_bytes(orjson.dumps(report))
+    from ikdata.core.verdicts import recheck
+
+    assert any("alpha" in r for r in recheck(report["cases"][0], report))
