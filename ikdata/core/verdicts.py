@@ -8,6 +8,7 @@ the receipt's blobs, so the report is proven to be about these exact bytes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ikdata.core.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
@@ -17,6 +18,46 @@ if TYPE_CHECKING:
     from ikdata.core.definitions import Definition
 
 _EPS = 1e-12  # float slack when comparing fractions written to JSON
+_REL = 1e-6  # relative slack when cross-checking metrics computed in float64 by different code
+REPORT_FORMAT = "ikdata-replay/1"  # the one report format ikdata writes and reads
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """What the cross-check needs of an expected output: its size, largest |value| and L2 norm
+    (both over the finite elements), computed from the blob's bytes."""
+
+    numel: int
+    max_abs: float
+    norm: float
+
+
+# safetensors code -> numpy dtype name; bfloat16 is widened by hand; float8 and complex are not read
+_NUMPY_BY_CODE = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+                  "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "u1"}
+_CODE_BY_TORCH = {"torch.float64": "F64", "torch.float32": "F32", "torch.float16": "F16",
+                  "torch.bfloat16": "BF16", "torch.int64": "I64", "torch.int32": "I32", "torch.int16": "I16",
+                  "torch.int8": "I8", "torch.uint8": "U8", "torch.uint16": "U16", "torch.uint32": "U32",
+                  "torch.uint64": "U64", "torch.bool": "BOOL"}
+
+
+def tensor_stats(dtype: str, data: Any) -> TensorStats | None:
+    """:class:`TensorStats` of a tensor given its torch dtype name and raw bytes (numpy, no torch);
+    None for dtypes numpy cannot read (float8, complex)."""
+    import numpy as np
+
+    code = _CODE_BY_TORCH.get(dtype)
+    if code is None:
+        return None
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if code == "BF16":
+        values = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    else:
+        values = raw.view(_NUMPY_BY_CODE[code]).astype(np.float64)
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return TensorStats(int(values.size), 0.0, 0.0)
+    return TensorStats(int(values.size), float(np.abs(finite).max()), float(np.linalg.norm(finite)))
 
 
 def _number(value: Any) -> float | None:
@@ -79,7 +120,11 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
         if not isinstance(spec, Mapping) or not isinstance(found, Mapping):
             reasons.append(f"{output}: tolerance or metrics missing")
             continue
-        if "judge" in spec:
+        if spec.get("judge") == "sampling":  # statistical: recomputed from the report's cases (docs/sampling.md)
+            from ikdata.core.sampling_groups import recheck_case
+
+            reasons += [f"{output}: {r}" for r in recheck_case(case, report, spec, found, definition)]
+        elif "judge" in spec:
             reasons += [f"{output}: {r}" for r in _recheck_judge(output, spec, found, definition)]
         else:
             reasons += [f"{output}: {r}" for r in _recheck_tolerance(output, spec, found, definition)]
@@ -117,6 +162,59 @@ def _recheck_tolerance(output: str, spec: Mapping[str, Any], found: Mapping[str,
     worst = found.get("max_error_ratio")
     if ratio == 1 and worst is not None and (_number(worst) is None or _number(worst) > 1 + _EPS):
         reasons.append(f"max_error_ratio {worst!r} > 1: some element is outside atol + rtol * |expected|")
+    return reasons + cross_check(found, rtol=rtol, atol=atol)
+
+
+def cross_check(found: Mapping[str, Any], *, rtol: float, atol: float,
+                stats: TensorStats | None = None) -> list[str]:
+    """Why an output's recorded metrics cannot all be true together (an edited report), or [].
+
+    The metrics of :mod:`ikdata.replay.judges` bound each other: all are zero exactly when
+    no element differs; ``max_error_ratio <= max_abs_error / atol`` and ``<= max_rel_error / rtol``.
+    Given the expected output's :class:`TensorStats`, more: ``max_abs_error <= ||a - e|| <=
+    sqrt(n) * max_abs_error`` with ``||a - e|| = relative_rms * ||e||``;
+    ``max_error_ratio >= max_abs_error / (atol + rtol * max|e|)``; ``max_rel_error >=
+    max_abs_error / max|e|``. A metric edited alone breaks one of these unless it is edited
+    within the band the others allow.
+    """
+    reasons: list[str] = []
+    max_abs = _number(found.get("max_abs_error"))
+    if max_abs is None or max_abs < 0:
+        return [f"max_abs_error is {found.get('max_abs_error')!r}, not a finite number >= 0"]
+    named = {k: _number(found.get(k)) for k in ("max_rel_error", "relative_rms", "max_error_ratio",
+                                               "cosine_similarity") if k in found}
+    for key, value in named.items():
+        if value is None and key != "max_rel_error":  # x/0 makes max_rel_error inf legitimately
+            reasons.append(f"{key} is {found.get(key)!r}, not a finite number")
+    if reasons:
+        return reasons
+    for key in ("max_rel_error", "relative_rms", "max_error_ratio"):
+        value = named.get(key)
+        if value is not None and (value == 0) != (max_abs == 0):
+            reasons.append(f"max_abs_error = {max_abs} but {key} = {value}: both are 0 exactly when no "
+                           "element differs")
+    cosine = named.get("cosine_similarity")
+    if cosine is not None and not -1 - _REL <= cosine <= 1 + _REL:
+        reasons.append(f"cosine_similarity {cosine} is outside [-1, 1]")
+    worst, rel = named.get("max_error_ratio"), named.get("max_rel_error")
+    if worst is not None and atol > 0 and worst > max_abs / atol * (1 + _REL) + _EPS:
+        reasons.append(f"max_error_ratio {worst} exceeds max_abs_error / atol = {max_abs / atol}")
+    if worst is not None and rel is not None and rtol > 0 and worst > rel / rtol * (1 + _REL) + _EPS:
+        reasons.append(f"max_error_ratio {worst} exceeds max_rel_error / rtol = {rel / rtol}")
+    if stats is None or reasons:
+        return reasons
+    rrms = named.get("relative_rms")
+    if rrms is not None and stats.norm > 1e-30:
+        diff_norm = rrms * stats.norm
+        if max_abs > diff_norm * (1 + _REL) + _EPS or diff_norm > math.sqrt(stats.numel) * max_abs * (1 + _REL) + _EPS:
+            reasons.append(f"max_abs_error {max_abs} disagrees with relative_rms {rrms} of an expected output "
+                           f"whose norm is {stats.norm:.6g} over {stats.numel} elements")
+    bound = atol + rtol * stats.max_abs
+    if worst is not None and bound > 0 and worst < max_abs / bound * (1 - _REL) - _EPS:
+        reasons.append(f"max_error_ratio {worst} is below max_abs_error / (atol + rtol * max|expected|) = "
+                       f"{max_abs / bound:.6g}")
+    if rel is not None and stats.max_abs > 0 and rel < max_abs / stats.max_abs * (1 - _REL) - _EPS:
+        reasons.append(f"max_rel_error {rel} is below max_abs_error / max|expected| = {max_abs / stats.max_abs:.6g}")
     return reasons
 
 
@@ -152,4 +250,4 @@ def _recheck_judge(output: str, spec: Mapping[str, Any], found: Mapping[str, Any
     return reasons
 
 
-__all__ = ["recheck"]
+__all__ = ["REPORT_FORMAT", "TensorStats", "cross_check", "recheck", "tensor_stats"]

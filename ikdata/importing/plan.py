@@ -34,7 +34,8 @@ from ikdata.importing.foreign import LeftOut, Source, TensorSource, read_source
 from ikdata.core.problems import Problem
 from ikdata.core.records import WorkloadRow
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
-from ikdata.core.verdicts import recheck
+from ikdata.core.verdicts import REPORT_FORMAT, recheck
+from ikdata.importing.checks import check_against_blobs
 from ikdata.core.safetensors_format import file_canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
@@ -169,6 +170,9 @@ def _validation_for(source: Source, uuid: str, row: dict, receipt: dict) -> tupl
         if found:
             return None, [f"the report's case is malformed: {p.pointer} {p.message}" for p in found]
     seed = source.layout == SEED and all("metrics" not in c for c in cases)
+    if report is source.report and not seed and report.get("format") != REPORT_FORMAT:
+        return None, [f"the report {source.report_name or ''} has format {report.get('format')!r}; "
+                      f"ikdata reads {REPORT_FORMAT!r} reports only"]
     for case in cases:
         if case.get("definition") not in (None, row["definition"]):
             reasons.append(f"the case is for definition {case.get('definition')!r}, not {row['definition']!r}")
@@ -267,6 +271,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
             plan.receipts.append(new_receipt)
         plan.added.append(uuid)
     _plan_blobs(plan, dst, progress)
+    check_against_blobs(plan, dst)  # what validate checks: shapes by axes, metrics by the bytes
     return plan
 
 
