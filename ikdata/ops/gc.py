@@ -52,9 +52,12 @@ def referenced_blobs(root: Path) -> set[str]:
     problems = list(references.problems) + ds.problems  # unreadable lines, record files refused by the path rule
     # Normalised, so a row that names a blob by a roundabout path still keeps it (validate reports the path).
     found = {os.path.normpath(path).replace(os.sep, "/") for path in references.paths}
-    if problems:
+    if references.problems:
         raise ProblemsFound(problems, f"{root}: gc refused: {len(problems)} unreadable line(s) might reference "
                             f"blobs; run 'ikdata repair {root}' first")
+    if problems:
+        raise ProblemsFound(problems, f"{root}: gc refused: {len(problems)} record file(s) are links that leave "
+                            "the dataset, so what they reference is unknown; replace them with the files themselves")
     return found
 
 

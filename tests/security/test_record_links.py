@@ -66,3 +66,15 @@ def test_a_link_inside_the_dataset_is_followed(make_ikdata_dataset):
     report = validate(ikdata.open(root))
     assert not [p for p in report.problems if p.code == "unsafe-path"]
     assert report.workloads == 2
+
+
+def test_gc_refuses_while_a_record_file_is_a_link_out(make_ikdata_dataset, tmp_path):
+    from ikdata.ops.gc import collect_garbage
+
+    root = make_ikdata_dataset(2)
+    rel = _link_out(root, _one(root, "workloads/*/*.jsonl"), tmp_path)
+    blobs = sorted(p for p in (root / "blob").rglob("*.safetensors"))
+    with pytest.raises(ProblemsFound, match="record file\\(s\\) are links that leave the dataset") as caught:
+        collect_garbage(root, grace_minutes=0)
+    assert [p.path for p in caught.value.problems] == [rel]
+    assert sorted(p for p in (root / "blob").rglob("*.safetensors")) == blobs
