@@ -10,9 +10,8 @@ edited after the replay is refused.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ikdata.core.errors import DefinitionError, ProblemsFound
 from ikdata.core.problems import Problem
@@ -20,13 +19,13 @@ from ikdata.core.safetensors_format import TensorEntry
 from ikdata.core.store import blob_path, digest_from_path, read_entries
 from ikdata.core.verdicts import cross_check, tensor_stats
 
-if TYPE_CHECKING:
-    from ikdata.importing.plan import ImportPlan
 
-
-def check_against_blobs(plan: ImportPlan, dst: Path) -> None:
+def check_against_blobs(plan: Any, dst: Path) -> None:
     """Refuse the import when a new row or receipt disagrees with its blobs or its verdict's metrics
     cannot all be true.
+
+    ``plan`` is the :class:`ikdata.importing.plan.ImportPlan` being built (not imported here:
+    plan imports this module).
 
     Raises:
         ProblemsFound: naming each workload (file:line) and what disagrees; nothing was imported.
