@@ -114,8 +114,7 @@ def test_denoiser_reference_reproduces_the_output_with_the_stored_model(capture_
     [record] = trajectories(tmp_path / "ds")
     ds = Dataset.open(tmp_path / "ds")
     model = read_record(ds.root, record["model"]["record"])
-    state = {name: ds.store.get(ds.store_ref(path) if hasattr(ds, "store_ref") else _ref(path))
-             for name, path in model.blob_paths().items()}
+    state = {name: ds.store.get(_ref(path)) for name, path in model.blob_paths().items()}
     [uuid] = record["steps"][1]["workloads"]["denoiser"]
     row = next(r for r in ds.workloads() if r.uuid == uuid)
     receipt = next(r for r in ds.receipts() if r.uuid == uuid)
