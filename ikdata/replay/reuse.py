@@ -99,7 +99,10 @@ class ReuseCache:
         return self.path.with_name(EVIDENCE_FILE) if self.path is not None else None
 
     def note_verified(self, before: os.stat_result, digest: str) -> None:
-        """Record that the file ``before`` describes (stat taken before it was hashed) holds ``digest``."""
+        """Record that the file ``before`` describes (stat taken before it was hashed) holds ``digest``.
+        Without a cache file (``--no-reuse``) nothing is kept: no lookup would read it."""
+        if self.path is None:
+            return
         key = (before.st_dev, before.st_ino)
         value = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, digest)
         if self.evidence.get(key) != value:
