@@ -159,4 +159,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         parts.append(f"{len(summary['refused'])} definitions refused")
     if summary.get("problems"):
         parts.append(f"{len(summary['problems'])} unreadable records")
+    from ikdata.replay.sampling import verdict_lines
+
+    for line in verdict_lines(summary.get("sampling") or []):  # alpha, p-values and detectable shifts
+        out.info(line)
     out.info(f"{', '.join(parts) or 'nothing to replay'} — report: {summary['report']}")

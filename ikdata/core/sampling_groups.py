@@ -96,6 +96,10 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
             tag = str(tag) if tag is not None else f"{case['uuid']}:{i}"
             groups.setdefault(key, {}).setdefault(tag, (int(slot), float(u), case["uuid"]))
     tv_keys = sorted(k for k, draws in groups.items() if len(draws) >= TV_MIN_DRAWS and k in distributions)
+    # a distribution with too few draws for its TV test to see any shift joins the PIT test instead
+    first_alpha = bonferroni(alpha, 1 + len(tv_keys))
+    tv_keys = [k for k in tv_keys if not tv_test(_counts(groups[k], distributions[k]), np.asarray(distributions[k]),
+                                                 alpha=first_alpha, seed=_seed(k), replicates=2000).too_small]
     pooled_keys = [k for k in sorted(groups) if k not in tv_keys]
     extra_u = [(u, uuid) for k in pooled_keys for (_, u, uuid) in groups[k].values()]
     if extra_u:
@@ -124,9 +128,8 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
         outcome["pit"] = found
     for key in tv_keys:
         probs = np.asarray(distributions[key], np.float64)
-        counts = np.zeros(len(probs), np.int64)
-        for slot, _, uuid in groups[key].values():
-            counts[min(slot, len(probs) - 1)] += 1
+        counts = _counts(groups[key], distributions[key])
+        for _, _, uuid in groups[key].values():
             joined[uuid].add(f"tv:{key}")
         found = tv_test(counts, probs, alpha=each, seed=_seed(key)).to_dict()
         found.update(key=key, counts=[int(v) for v in counts])
@@ -135,6 +138,13 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
     for case in cases:
         result.statuses[case["uuid"]] = _case_status(case, joined[case["uuid"]], outcome, alpha, each)
     return result
+
+
+def _counts(draws: Mapping[str, tuple[int, float, str]], probs: list[float]) -> np.ndarray:
+    counts = np.zeros(len(probs), np.int64)
+    for slot, _, _ in draws.values():
+        counts[min(slot, len(probs) - 1)] += 1
+    return counts
 
 
 def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str, Mapping[str, Any]],
@@ -152,10 +162,10 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
                           f"{first.get('kept')} tokens)"), metrics
     failed = [t for t in tests if not t["too_small"] and t["p_value"] < t["alpha"]]
     if failed:
-        return "failed", "; ".join(_describe(t) for t in failed), metrics
+        return "failed", "; ".join(describe_test(t) for t in failed), metrics
     small = [t for t in tests if t["too_small"]]
     if small:
-        return "skipped", "too few draws to judge: " + "; ".join(_describe(t) for t in small), metrics
+        return "skipped", "too few draws to judge: " + "; ".join(describe_test(t) for t in small), metrics
     if not tests:
         excluded = record.get("excluded") or {}
         why = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "greedy positions only"
@@ -165,7 +175,8 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
     return "passed", None, metrics
 
 
-def _describe(test: Mapping[str, Any]) -> str:
+def describe_test(test: Mapping[str, Any]) -> str:
+    """One line saying what a pooled test found: n, statistic, p-value vs alpha, null, detectable shift."""
     if test["test"] == "pit":
         shift = test.get("detectable_temperature_error")
         seen = f"detects a temperature error of {shift:.0%}" if shift else "cannot detect even a 50% temperature error"
@@ -216,4 +227,4 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
     return reasons
 
 
-__all__ = ["DefinitionVerdict", "JUDGE", "decide", "is_sampling_case", "recheck_case"]
+__all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "recheck_case"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from ikdata.core.errors import DefinitionError, RecordError
 from ikdata.core.sampling import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
-from ikdata.core.sampling_groups import JUDGE, decide, is_sampling_case
+from ikdata.core.sampling_groups import JUDGE, decide, describe_test, is_sampling_case
 from ikdata.core.sampling_records import record_logits, record_top_logprobs
 from ikdata.core.sampling_stats import DEFAULT_ALPHA
 
@@ -149,4 +149,17 @@ def regroup(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str
     return changed, groups
 
 
-__all__ = ["AWAITING", "decide_all", "execute", "is_sampling", "judge_settings", "regroup"]
+def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
+    """Human lines for the report's "sampling": each definition's verdict, alpha, and every test it ran."""
+    lines = []
+    for group in groups:
+        cases = ", ".join(f"{v} {k}" for k, v in sorted((group.get("cases") or {}).items()))
+        lines.append(f"{group['definition']}: sampling verdict {group['verdict']} at alpha {group['alpha']:g} "
+                     f"({cases})")
+        lines += [f"  {describe_test(t)}" for t in group.get("tests") or ()]
+        if not group.get("tests"):
+            lines.append("  no test ran: every draw was greedy, excluded, or a repeat of a seed")
+    return lines
+
+
+__all__ = ["verdict_lines", "AWAITING", "decide_all", "execute", "is_sampling", "judge_settings", "regroup"]

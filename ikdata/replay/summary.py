@@ -38,6 +38,7 @@ def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str
         "refused": list(report.get("refused") or []),
         "not_passed": [{k: case.get(k) for k in ("definition", "uuid", "axes", "status", "reason")}
                        for case in report["cases"] if case["status"] != "passed"],
+        "sampling": list(report.get("sampling") or []),  # statistical verdicts (docs/sampling.md)
     }
 
 
