@@ -63,13 +63,16 @@ def _inputs_order(path: Path) -> list[str]:
 def _assert_flashinfer_agrees(root: Path, expected: dict) -> None:
     compared, wrong = flashinfer_disagreements(root, expected)
     assert wrong == []
-    assert compared >= len(expected)  # every workload, every output
+    ds = ikdata.open(root)
+    deterministic = {r.uuid for r in ds.workloads()
+                     if "ikdata:statistical" not in ds.definitions[r.definition].record.get("tags", ())}
+    assert compared >= len(deterministic & set(expected)) >= 5  # every workload, every output
 
 
 class TestCaptured:
     def test_flashinfer_reference_reproduces_every_captured_output(self, captured):
         expected = captured_outputs(captured)
-        assert {d.op_type for d in ikdata.open(captured).definitions.values()} == {"gemm", "attention", "norm"}
+        assert {d.op_type for d in ikdata.open(captured).definitions.values()} >= {"gemm", "attention", "norm"}
         _assert_flashinfer_agrees(captured, expected)
 
     def test_definition_files_list_inputs_in_run_order(self, llama):
