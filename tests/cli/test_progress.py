@@ -39,7 +39,8 @@ def test_validate_deep_import_push_pull_report_progress(tmp_path, make_ikdata_da
     deep = runner.invoke(app, ["validate", str(src), "--deep"])
     assert deep.exit_code == 0, deep.output
     assert "validate rehash: 7/7 blobs" in deep.stderr and "validate rehash" not in deep.stdout
-    assert runner.invoke(app, ["replay", str(src), "--definitions", str(definitions), "--no-reuse", "-q"]).exit_code == 0
+    replayed = runner.invoke(app, ["replay", str(src), "--definitions", str(definitions), "--no-reuse", "-q"])
+    assert replayed.exit_code == 0 and replayed.stdout == ""
     imported = runner.invoke(app, ["import", str(src), str(tmp_path / "dst")])
     assert imported.exit_code == 0, imported.output
     assert "import rehash: 7/7 blobs" in imported.stderr and "import stage: 7/7 blobs" in imported.stderr
