@@ -15,7 +15,7 @@ def print_trajectory(document: dict[str, Any]) -> None:
     request = {k: v for k, v in document["request"].items() if v is not None}
     out.info("request: " + ", ".join(f"{k}={v}" for k, v in sorted(request.items())))
     noise = document["noise"]
-    checks = ", ".join(f"{s}={'yes' if ok else 'NO'}" for s, ok in noise.get("check", {}).items())
+    checks = ", ".join(f"{s}={'yes' if ok else 'NO'}" for s, ok in document["noise_check"].items())
     shapes = " ".join(f"{s['name']}={'x'.join(map(str, s['shape']))}" for s in noise.get("streams", []))
     out.info(f"noise: {noise['recipe']} seed {noise.get('seed')} {shapes} digest {noise.get('digest')}; "
              f"first latents are the recipe's noise: {checks or 'no stream checked'}"

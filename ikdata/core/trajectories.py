@@ -75,7 +75,8 @@ class Trajectory:
                 "reason": record.get("reason"), "pipeline": record["pipeline"]["class"],
                 "scheduler": record["scheduler"]["class"], "model": record["pipeline"].get("model"),
                 "steps": {s: len(self.steps_of(s)) for s in self.streams}, "expected_steps": record["request"]["steps"],
-                "seed": noise.get("seed"), "noise_digest": noise.get("digest"), "noise_check": noise.get("check"),
+                "seed": noise.get("seed"), "noise_digest": noise.get("digest"),
+                "noise_check": {s: noise["check"][s] for s in self.streams if s in (noise.get("check") or {})},
                 "model_digest": model.get("digest"), "model_stored": model.get("stored")}
 
 
