@@ -67,6 +67,9 @@ def capture(
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
         provenance=provenance, streams=_split(streams))
     o = out.Output(json=json_, quiet=quiet)
+    from ikdata.ops import trajectories
+
+    before = trajectories.ids(into)
     with out.stdout_to_stderr(json_):  # the program's own output must not mix with the JSON document
         result = run_capture(config, command)
     if json_:
@@ -77,6 +80,8 @@ def capture(
                               markup=False)
     if result.refused:
         o.info("not captured (caps reached): " + ", ".join(f"{k}: {v}" for k, v in sorted(result.refused.items())))
+    for line in trajectories.capture_summary(into, before):  # diffusion pipeline calls
+        o.info(line)
     total = sum(result.counts.values())
     o.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
              f"Check it with: ikdata validate --deep {into}")
