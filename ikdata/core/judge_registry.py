@@ -39,6 +39,7 @@ from ikdata.core.tolerances import JUDGE_BOUNDS, JUDGE_REASONS
 ENTRY_POINT_GROUP = "ikdata.judges"
 ENV = "IKDATA_JUDGES"
 SHIPPED = "shipped"
+STATISTICAL = ("sampling",)  # shipped judges of groups of workloads (ikdata.replay.sampling), not of one output
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def _sync_env() -> None:
 def known_names() -> list[str]:
     """Every judge name a definition may use: shipped, entry points, and named modules (sorted)."""
     _sync_env()
-    return sorted({*_shipped(), *entry_point_names(), *_registered})
+    return sorted({*_shipped(), *STATISTICAL, *entry_point_names(), *_registered})
 
 
 def get(name: str) -> Judge | None:
@@ -180,5 +181,5 @@ def forget_registered() -> None:
     _named_modules.clear()
 
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV", "Judge", "entry_point_names", "forget_registered", "get",
+__all__ = ["ENTRY_POINT_GROUP", "ENV", "STATISTICAL", "Judge", "entry_point_names", "forget_registered", "get",
            "known_names", "register_module"]

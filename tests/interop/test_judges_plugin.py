@@ -123,7 +123,7 @@ class TestUnknownJudge:
         assert problem["pointer"] == "/judge/name" and problem["code"] == "unknown-judge"
         assert '"worst_row"' in lines[problem["line"] - 1]
         assert problem["message"].startswith("unknown judge 'worst_row'; known judges: gdn_chunk_state, "
-                                             "relative_error")
+                                             "relative_error, sampling. ")
         assert "IKDATA_JUDGES=MODULE" in problem["message"]
         assert not marker.exists()  # nothing the dataset names is imported
 

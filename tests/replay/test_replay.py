@@ -311,7 +311,7 @@ class TestDefinitionRules:
         case = replay(ikdata.open(built.root, definitions=[built.definitions])).report["cases"][0]
         assert case["status"] == "error"
         assert case["reason"] == ("gemm_n4_k8: judge 'vibes' is unknown; known judges: "
-                                  "['gdn_chunk_state', 'relative_error']")
+                                  "['gdn_chunk_state', 'relative_error', 'sampling']")
 
     def test_integer_outputs_are_exact(self, build):
         record = gemm_record(dtype="int32")
