@@ -188,6 +188,14 @@ class Dataset:
                 files.append(path)
             else:
                 problems.append(refusal.problem())
+        # rglob does not descend into linked folders; one that leaves the dataset is said, not skipped silently.
+        for parent, names, _ in os.walk(folder):
+            for name in names:
+                linked = os.path.join(parent, name)
+                if os.path.islink(linked):
+                    refusal = self.paths.record_file_refusal(Path(linked), folder=True)
+                    if refusal is not None:
+                        problems.append(refusal.problem())
         return files, problems
 
     def _note(self, problems: Iterable[Problem]) -> None:

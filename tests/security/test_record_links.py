@@ -78,3 +78,13 @@ def test_gc_refuses_while_a_record_file_is_a_link_out(make_ikdata_dataset, tmp_p
         collect_garbage(root, grace_minutes=0)
     assert [p.path for p in caught.value.problems] == [rel]
     assert sorted(p for p in (root / "blob").rglob("*.safetensors")) == blobs
+
+
+def test_a_linked_folder_under_workloads_that_leaves_is_reported(make_ikdata_dataset, tmp_path):
+    root = make_ikdata_dataset(2)
+    outside = tmp_path / "more-rows"
+    outside.mkdir()
+    (outside / "extra.jsonl").write_text("")
+    (root / "workloads" / "extra").symlink_to(outside)
+    report = validate(ikdata.open(root))
+    assert [(p.path, p.code) for p in report.problems] == [("workloads/extra", "unsafe-path")]
