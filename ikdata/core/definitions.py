@@ -12,6 +12,7 @@ import functools
 import hashlib
 import io
 import os
+import re
 import tokenize
 from dataclasses import dataclass, field
 from importlib import resources
@@ -464,6 +465,9 @@ def reorder_definitions(root: str | os.PathLike) -> tuple[str, ...]:
     return tuple(rewritten)
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
 def pointer_lines(text: str) -> dict[str, int]:
     """JSON pointer -> 1-based line where that value starts, for a valid JSON document.
 
@@ -481,9 +485,8 @@ def pointer_lines(text: str) -> dict[str, int]:
         if ch == "\n":
             line += 1
         elif ch == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
+            match = _JSON_STRING.match(text, i)
+            j = match.end() - 1 if match else n
             if stack and stack[-1][0] and stack[-1][2] is None:
                 stack[-1][2] = orjson.loads(text[i:j + 1])
             else:
