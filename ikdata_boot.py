@@ -48,7 +48,7 @@ def watch(on_import, name=WATCHED):
 def _start():
     try:
         from ikdata.capture.boot import boot as capture_boot
-    except Exception as exc:  # noqa: BLE001  a broken install must not stop the program
+    except Exception as exc:
         if os.environ.get("IKDATA_CAPTURE_STRICT", "") not in ("", "0"):
             raise
         sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")

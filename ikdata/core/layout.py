@@ -23,9 +23,9 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
 
 import orjson
 
@@ -293,7 +293,7 @@ def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = Non
     ``manifest_stale=False`` (the caller has just found the manifest in agreement with the files)
     skips comparing them again.
     """
-    from ikdata.core.journal import STAGING, JOURNAL
+    from ikdata.core.journal import JOURNAL, STAGING
 
     root = Path(root)
     found = []

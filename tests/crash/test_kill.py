@@ -26,15 +26,16 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "merge"))
-from merge_helpers import capture as write_rows, replay_by_hand  # noqa: E402
+from merge_helpers import capture as write_rows
+from merge_helpers import replay_by_hand
 
 RUNS = int(os.environ.get("IKDATA_KILL_RUNS", "3"))
 SEED = int(os.environ.get("IKDATA_KILL_SEED", str(random.SystemRandom().randrange(1 << 30))))
@@ -80,11 +81,12 @@ class Figures:
     runs: int = 0
     killed: int = 0
     finished: int = 0
+    repaired: int = 0  # runs where repair had something to finish
     invalid: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return (f"kill {self.operation}: runs {self.runs}, killed {self.killed}, finished {self.finished}, "
-                f"invalid after repair {len(self.invalid)} (seed {SEED})")
+                f"repair acted {self.repaired}, invalid after repair {len(self.invalid)} (seed {SEED})")
 
 
 def _rows(root: Path) -> dict[str, str]:
@@ -212,12 +214,15 @@ def _copy(source: Path, dest: Path) -> bool:
     return True
 
 
-def _check_run(run: Path, local: Path, remote: Path | None, before: dict[str, str]) -> list[str]:
+def _check_run(run: Path, local: Path, remote: Path | None, before: dict[str, str],
+               figures: Figures | None = None) -> list[str]:
     """Repair, then everything that must hold; returns what did not."""
     from ikdata.core.layout import repair_dataset
 
     at_kill = _rows(local)
     report = repair_dataset(local)
+    if figures is not None and report.changed:
+        figures.repaired += 1
     failures = [f"repair refused: {r}" for r in report.refusals]
     failures += [f"{local.name}: {p}" for p in _problems(local)]
     after = _rows(local)
@@ -277,7 +282,7 @@ def test_sigkill_at_a_random_moment_then_repair_leaves_a_valid_dataset_and_loses
         else:
             assert returncode == 0, f"run {number} failed by itself (exit {returncode})"
             figures.finished += 1
-        failures = _check_run(run, local, remote, before)
+        failures = _check_run(run, local, remote, before, figures)
         if failures:
             figures.invalid.append(f"run {number}: " + "; ".join(failures[:5]))
         shutil.rmtree(run, ignore_errors=True)

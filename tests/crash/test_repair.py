@@ -16,11 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "merge"))
-from merge_helpers import capture, read_jsonl, replay_by_hand, rows_by_uuid  # noqa: E402
+from merge_helpers import capture, read_jsonl, replay_by_hand, rows_by_uuid
 
 from ikdata.cli import app
 from ikdata.core.layout import GC_MARKER, mark_gc, pending_repair, repair_dataset
-from ikdata.core.manifest import current_id, read as read_manifest
+from ikdata.core.manifest import current_id
+from ikdata.core.manifest import read as read_manifest
 
 runner = CliRunner()
 
