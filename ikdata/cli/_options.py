@@ -27,8 +27,16 @@ def open_dataset(path: Path | str, definitions: list[Path] | None, *, ctx: typer
     copy that is removed when the command ends."""
     from ikdata.remote.url import is_url
 
+    if ctx is not None and not is_url(str(path)) and _is_folder_remote(Path(path)):
+        path = Path(path).resolve().as_uri()  # a folder a push wrote: read it as the remote it is
     if ctx is not None and is_url(str(path)):
         from ikdata.remote.readonly import open_url
 
         return ctx.with_resource(open_url(str(path), blobs=blobs, definitions=definitions or ()))
     return Dataset.open(Path(path), definitions=definitions or ())
+
+
+def _is_folder_remote(path: Path) -> bool:
+    """A folder ``ikdata push`` wrote (files stored by digest under ``files/sha256/``), not a dataset."""
+    return (path / "ikdata.json").is_file() and (path / "files" / "sha256").is_dir() \
+        and not (path / "workloads").exists() and not (path / "receipts.jsonl").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,31 @@ def write(root: str | os.PathLike, *, name: str | None = None, description: str 
     return dataset_id(manifest)
 
 
+def record_file(root: str | os.PathLike, relative: str) -> str | None:
+    """List one tracked file that a writer just finished (a replay's report) in the manifest, with
+    its digest, changing nothing else: any other disagreement stays for ``validate`` to report.
+
+    Returns the new dataset id, or None when the dataset has no manifest or the file is not one
+    the manifest tracks.
+    """
+    from ikdata.core.locking import dataset_lock
+
+    root = Path(root)
+    path = root / relative
+    tracked = relative in TRACKED_FILES or (relative.split("/", 1)[0] in TRACKED_TOP and "/" in relative
+                                            and path.suffix in (".json", ".jsonl") and not path.name.startswith(".tmp-"))
+    if not tracked or not path.is_file():
+        return None
+    with dataset_lock(root, exclusive=True):
+        manifest = read(root)
+        if manifest is None:
+            return None
+        files = dict(manifest["files"], **{relative: _file_digest(path)})
+        manifest["files"] = dict(sorted(files.items()))
+        write_atomic(root / MANIFEST, [canonical_json(manifest) + b"\n"])
+    return dataset_id(manifest)
+
+
 def current_id(root: str | os.PathLike) -> str | None:
     manifest = read(root)
     return dataset_id(manifest) if manifest else None
@@ -134,21 +160,37 @@ def check_manifest(ds: Any) -> list[Problem]:
         return []
     problems = []
     actual = build(ds.root)
+    rebuild = f"run 'ikdata manifest {shlex.quote(str(ds.root))}'"
     listed, present = manifest["files"], actual["files"]
     for path in sorted(set(listed) | set(present)):
         if path not in present:
             problems.append(Problem(MANIFEST, f"lists {path}, which does not exist", pointer=f"/files/{path}",
                                     code="manifest"))
         elif path not in listed:
-            problems.append(Problem(MANIFEST, f"does not list {path}; run 'ikdata manifest DIR' after changing "
-                                    "files by hand", pointer="/files", code="manifest"))
+            problems.append(Problem(MANIFEST, f"does not list {path}; {rebuild} after changing files by hand",
+                                    pointer="/files", code="manifest"))
         elif listed[path] != present[path]:
             problems.append(Problem(MANIFEST, f"digest of {path} is {present[path]}, manifest says {listed[path]}",
                                     pointer=f"/files/{path}", code="manifest"))
     if manifest["blobs"] != actual["blobs"]:
-        problems.append(Problem(MANIFEST, f"blob set is {actual['blobs']}, manifest says {manifest['blobs']}",
+        problems.append(Problem(MANIFEST, _blob_set_change(manifest["blobs"], actual["blobs"], rebuild),
                                 pointer="/blobs", code="manifest"))
     if manifest["counts"] != actual["counts"]:
         problems.append(Problem(MANIFEST, f"counts are {actual['counts']}, manifest says {manifest['counts']}",
                                 pointer="/counts", code="manifest"))
     return problems
+
+
+def _blob_set_change(recorded: dict[str, Any], actual: dict[str, Any], rebuild: str) -> str:
+    """What is stale about the blob set, in words: how many blobs and bytes came or went."""
+    count = actual["count"] - recorded.get("count", 0)
+    size = actual["bytes"] - recorded.get("bytes", 0)
+    if count:
+        change = f"{abs(count)} blob(s) {'more' if count > 0 else 'fewer'} than recorded ({size:+d} bytes)"
+    elif size:
+        change = f"as many blobs as recorded, but {size:+d} bytes: some blob was rewritten"
+    else:
+        change = "as many blobs and bytes as recorded, but other blob names: some blobs were swapped"
+    return (f"blob set is {actual['count']} blobs, {actual['bytes']} bytes; manifest says {recorded.get('count')} "
+            f"blobs, {recorded.get('bytes')} bytes: {change}. If blobs were added or removed on purpose, "
+            f"{rebuild}; if they were lost, restore them (see 'ikdata validate --deep')")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ikdata.core.dataset import Dataset
-from ikdata.core.definitions import Definition
+from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
@@ -123,6 +123,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
     problems = report.problems
     definitions = ds.definitions
     problems += ds.definition_problems
+    misnamed = _misnamed_definitions(ds, problems)
     report.definitions = len(definitions)
     uses: list[_Use] = []
     rows_by_uuid: dict[str, tuple[str, int, dict]] = {}
@@ -142,8 +143,10 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
             rows_by_uuid[uuid] = (display, line, record)
             definition = definitions.get(record["definition"])
             if definition is None:
+                hint = (f"; {misnamed[record['definition']]} has that file name but another 'name'"
+                        if record["definition"] in misnamed else "")
                 problems.append(Problem(display, f"unknown definition {record['definition']!r}; expected one of "
-                                        f"definitions/**/*.json or a folder passed with --definitions",
+                                        f"definitions/**/*.json or a folder passed with --definitions{hint}",
                                         line, "/definition", "unknown-definition"))
                 continue
             _check_row(ds, definition, record, display, line, problems, uses, randoms)
@@ -186,6 +189,8 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
 
     _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash, progress=progress)
 
+    if ds.layout == "ikdata" and not (ds.root / "ikdata.json").exists():
+        problems.append(_missing_manifest(ds))
     if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
         from ikdata.core.layout import repair_hint
         from ikdata.core.manifest import check_manifest
@@ -195,6 +200,33 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
         hint = repair_hint(ds.root, manifest_stale=bool(stale))  # a killed writer that repair can finish
         if hint:
             problems.append(Problem("ikdata.json", hint, code="needs-repair"))
+
+
+def _misnamed_definitions(ds: Dataset, problems: list[Problem]) -> dict[str, str]:
+    """Report each definition file whose ``name`` is not its file name (rows name definitions by
+    name, so such a file is silently unused); return file stem -> file, for the rows' messages."""
+    misnamed = {}
+    for definition in ds.definitions.values():
+        source = definition.source or ""
+        stem = os.path.basename(source).removesuffix(".json")
+        if definition.origin == DATASET and source.endswith(".json") and stem != definition.name:
+            misnamed[stem] = source
+            problems.append(Problem(source, f"the definition is named {definition.name!r} but its file is "
+                                    f"{stem}.json; rename the file to {definition.name}.json, or set 'name' to "
+                                    f"{stem!r} if rows call it that", pointer="/name", code="definition-name"))
+    return misnamed
+
+
+def _missing_manifest(ds: Dataset) -> Problem:
+    """An ikdata dataset without ikdata.json: no id, nothing committed; say how to get one."""
+    import shlex
+
+    from ikdata.core.layout import repair_hint
+
+    hint = repair_hint(ds.root)
+    folder = shlex.quote(str(ds.root))
+    return Problem("ikdata.json", "missing: an ikdata dataset's manifest is its commit marker and id; "
+                   + (hint if hint else f"run 'ikdata manifest {folder}' to write it"), code="manifest")
 
 
 def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,

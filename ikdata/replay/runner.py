@@ -217,9 +217,21 @@ def _finish(run: _Run, seen_problems: int, resumed: int) -> ReplayResult:
     """Close the report (refusals listed) and say what could not be read."""
     ds = run.ds
     report = run.out.finish(r.to_dict() for r in run.refused.values())
+    _record_report(ds, Path(run.out.path))
     # Rows and receipts that do not fit their schema are not replayed: say so instead of passing silently.
     problems = tuple(dict.fromkeys([*ds.problems[seen_problems:], *ds.definition_problems]))
     return ReplayResult(run.out.path, report, tuple(run.refused.values()), resumed, problems)
+
+
+def _record_report(ds: Dataset, path: Path) -> None:
+    """List the finished report in the dataset's manifest, so a replayed dataset still validates."""
+    from ikdata.core import manifest
+
+    try:
+        relative = path.resolve().relative_to(ds.root.resolve()).as_posix()
+    except ValueError:
+        return  # a report written outside the dataset (--report elsewhere)
+    manifest.record_file(ds.root, relative)
 
 
 def _check_device(device: str) -> tuple[str, str | None]:
