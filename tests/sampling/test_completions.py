@@ -108,6 +108,8 @@ def test_import_rechecks_sampling_verdicts_and_shards_combine(tmp_path):
     combined = combine(shards)
     assert [c["status"] for c in combined["cases"]] == ["passed"] * 3
     assert [t["p_value"] for t in combined["sampling"][0]["tests"]] == [t["p_value"] for t in whole["sampling"][0]["tests"]]
+    resumed = replay(ikdata.open(tmp_path / "ds"), resume=True, reuse=False).report
+    assert resumed["sampling"][0]["tests"] == whole["sampling"][0]["tests"]
     result = import_dataset(tmp_path / "ds", tmp_path / "shared")
     assert len(result.added) == 3
     # a report that claims a looser alpha is not trusted
