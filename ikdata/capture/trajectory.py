@@ -112,7 +112,9 @@ class TrajectoryRecorder:
             self._check_noise(stream, sample)
         if not self._selected(stream, index):
             return original(sched, *args, **kwargs)
+        last = self.last_next.get(stream)
         x = self._host_x(stream, sample)
+        reused = last is not None and x is last[2]  # x is the previous x_next: no new bytes
         out = self.queue.copy(model_output)
         self.in_step = True
         try:
@@ -126,7 +128,7 @@ class TrajectoryRecorder:
         capture = StepCapture(index, stream, _number(timestep), sigma, sigma_next, x, out, x_next)
         capture.scheduler_step = _scheduler_step_definition(sched, kwargs, sample, model_output, x_next_tensor,
                                                             sigma, capture.skipped)
-        nbytes = out.nbytes + x_next.nbytes + (x.nbytes if x.fresh else 0)
+        nbytes = out.nbytes + x_next.nbytes + (0 if reused else x.nbytes)
         refusal = self.capturer.ledger.reserve("trajectory", ("trajectory", id(self), stream, index), nbytes)
         if refusal == selection.BYTES_FULL:
             self.stopped = f"--max-bytes reached at step {index} of stream {stream!r}"

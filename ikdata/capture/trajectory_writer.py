@@ -34,16 +34,21 @@ _MODELS: "weakref.WeakKeyDictionary[Any, tuple[tuple, dict]]" = weakref.WeakKeyD
 
 
 class Blob:
-    """A host copy on its way to the store; :meth:`ref` waits for it."""
+    """A host copy on its way to the store: held until its call ends (or memory runs short), then hashed and
+    written on a background thread; :meth:`put` waits for it."""
 
-    __slots__ = ("future", "nbytes", "dtype", "shape", "keep", "fresh")
+    __slots__ = ("host", "future", "nbytes", "dtype", "shape", "keep", "queue")
 
-    def __init__(self, future: Future, nbytes: int, dtype: str, shape: tuple[int, ...]) -> None:
-        self.future, self.nbytes, self.dtype, self.shape = future, nbytes, dtype, shape
+    def __init__(self, queue: "BlobQueue", host: Any) -> None:
+        self.queue, self.host = queue, host
+        self.future: Future | None = None
+        self.nbytes = host.numel() * host.element_size()
+        self.dtype, self.shape = str(host.dtype), tuple(host.shape)
         self.keep: Any = None
-        self.fresh = True
 
     def put(self) -> PutResult:
+        self.queue.start(self)
+        assert self.future is not None
         return self.future.result()
 
     def descriptor(self) -> dict:
@@ -52,13 +57,21 @@ class Blob:
 
 
 class BlobQueue:
-    """Host copies of one process, stored into one dataset on background threads, memory bounded."""
+    """Host copies of one process, stored into one dataset on background threads, memory bounded.
+
+    Copies are held while the pipeline call runs and written when it ends (:meth:`start_all`), so the
+    steps themselves pay only the copies: hashing and fsync on other threads during the steps would
+    compete with the engine for the GIL and the cores. When the copies held exceed half of
+    ``queue_bytes``, the oldest are written at once; past ``queue_bytes`` the engine waits.
+    """
 
     def __init__(self, root: str, queue_bytes: int) -> None:
         self.writer = DatasetWriter(root)
         self.queue_bytes = queue_bytes
         self._pool = ThreadPoolExecutor(max_workers=BLOB_THREADS, thread_name_prefix="ikdata-trajectory")
-        self._pending = 0
+        self._held: list[Blob] = []
+        self._held_bytes = 0
+        self._flying_bytes = 0
         self._cond = threading.Condition()
 
     @classmethod
@@ -71,25 +84,49 @@ class BlobQueue:
             return queue
 
     def copy(self, tensor: Any) -> Blob:
-        """Copy ``tensor`` to host memory now; store it in the background."""
+        """Copy ``tensor`` to host memory now; store it later."""
         import torch
 
         host = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
         host.copy_(tensor.detach())
-        nbytes = host.numel() * host.element_size()
+        blob = Blob(self, host)
         with self._cond:
-            while self._pending and self._pending + nbytes > self.queue_bytes:
+            self._held.append(blob)
+            self._held_bytes += blob.nbytes
+            while self._held and self._held_bytes > self.queue_bytes // 2:
+                self._start_locked(self._held[0])
+            while self._flying_bytes > self.queue_bytes:
                 self._cond.wait()
-            self._pending += nbytes
-        future = self._pool.submit(self._put, host, nbytes)
-        return Blob(future, nbytes, str(host.dtype), tuple(host.shape))
+        return blob
 
-    def _put(self, host: Any, nbytes: int) -> PutResult:
+    def start(self, blob: Blob) -> None:
+        """Write ``blob`` now (on a background thread) if it is not on its way yet."""
+        with self._cond:
+            self._start_locked(blob)
+
+    def start_all(self, blobs: Any) -> None:
+        with self._cond:
+            for blob in blobs:
+                self._start_locked(blob)
+
+    def _start_locked(self, blob: Blob) -> None:
+        if blob.future is not None:
+            return
         try:
-            return self.writer.store.put(host)
+            self._held.remove(blob)
+            self._held_bytes -= blob.nbytes
+        except ValueError:
+            pass
+        self._flying_bytes += blob.nbytes
+        blob.future = self._pool.submit(self._put, blob)
+
+    def _put(self, blob: Blob) -> PutResult:
+        try:
+            return self.writer.store.put(blob.host)
         finally:
+            blob.host = None
             with self._cond:
-                self._pending -= nbytes
+                self._flying_bytes -= blob.nbytes
                 self._cond.notify_all()
 
 
@@ -99,6 +136,9 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
     writer = queue.writer
     expected = _expected_steps(rec)
     decoded = {} if error else _decoded(queue, result)
+    queue.start_all([*(b for s in rec.steps for b in (s.x, s.out, s.x_next)), *decoded.values(),
+                     *(v for c in rec.denoiser_calls for v in (*c.inputs.values(), *c.outputs.values())
+                       if isinstance(v, Blob))])
     model = _model(rec, writer)
     steps = sorted(rec.steps, key=lambda s: (s.index, _order(rec, s.stream)))
     final = {}

@@ -1,0 +1,150 @@
+"""Diffusion capture benchmark: what a captured step costs the engine, and what a trajectory stores.
+
+Run: .venv/bin/python tools/bench/diffusion_capture.py [--quick]
+
+1. engine time per captured step: the tiny LTX-2 pipeline of tools/examples/tiny_video.py, sized so
+   one denoising step (both streams, CFG batch) takes at least 50 ms here, timed step by step through
+   ``callback_on_step_end`` (median interval between consecutive steps), with trajectory capture on
+   (every step of both streams recorded: x, out, x_next, sigmas, and the denoiser's inputs) against
+   the same calls with capture off (the class patches stay and pass straight through: one lookup per
+   call). Runs are interleaved A/B; the median and the best step of each side are reported (on a shared,
+   loaded machine the best step is the steadier figure). Target <= 1.10x. The blobs are hashed and
+   written when the call ends, not during the steps: that time is reported apart, per call.
+2. bytes stored for a 20-step trajectory against the sum of every tensor the trajectory names (x, out
+   and x_next of each step and stream, the final latents, the decoded output): x_next of step i is x
+   of step i+1, so the latent chain stores N+1 latents per stream instead of 2N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tools" / "examples"), str(ROOT / "tools" / "bench")]
+
+from _bench import load_average  # noqa: E402
+
+
+def _step_times(pipe, kwargs, calls: list | None = None) -> list[float]:
+    marks: list[float] = []
+
+    def mark(pipe, i, t, callback_kwargs):
+        marks.append(time.perf_counter())
+        return callback_kwargs
+
+    started = time.perf_counter()
+    pipe(**kwargs, callback_on_step_end=mark)
+    if calls is not None:
+        calls.append(time.perf_counter() - started)
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def engine_overhead(rounds: int, steps: int, into: Path) -> dict:
+    import torch
+
+    import tiny_video
+    from ikdata.capture import boot
+    from ikdata.capture.config import CaptureConfig
+
+    pipe = tiny_video.build(layers=4)  # one step (CFG batch, both streams) takes well over 50 ms on one thread
+    kwargs = tiny_video.call_kwargs(seed=1, steps=steps)
+    kwargs["output_type"] = "latent"
+    bare, captured, bare_calls, captured_calls = [], [], [], []
+    boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))  # trajectories only
+    boot.uninstall()
+    _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)))  # warm-up
+    for _ in range(rounds):
+        bare += _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)), bare_calls)
+        boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))
+        try:
+            captured += _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)),
+                                    captured_calls)
+        finally:
+            boot.uninstall()
+    b, c = statistics.median(bare), statistics.median(captured)
+    return {"bare_step_ms": round(b * 1e3, 1), "captured_step_ms": round(c * 1e3, 1), "ratio": round(c / b, 3),
+            "best_bare_step_ms": round(min(bare) * 1e3, 1), "best_captured_step_ms": round(min(captured) * 1e3, 1),
+            "best_ratio": round(min(captured) / min(bare), 3), "steps_timed": len(captured),
+            "steps_per_call": steps,
+            "best_call_s": {"bare": round(min(bare_calls), 3), "captured": round(min(captured_calls), 3)}}
+
+
+def storage(steps: int, into: Path) -> dict:
+    import torch
+
+    import tiny_video
+    from ikdata.capture import boot
+    from ikdata.capture.config import CaptureConfig
+
+    pipe = tiny_video.build()
+    boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))
+    try:
+        pipe(**tiny_video.call_kwargs(seed=3, steps=steps))
+    finally:
+        boot.uninstall()
+    [line] = (into / "trajectories" / "LTX2Pipeline.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    sizes = {}
+    captured = chain_captured = 0
+    for step in record["steps"]:
+        for name in ("x", "out", "x_next"):
+            path = step[name]["path"]
+            size = (into / path).stat().st_size
+            sizes[path] = size
+            captured += size
+            if name != "out":
+                chain_captured += size
+    for section in ("final", "decoded"):
+        for ref in record[section].values():
+            sizes[ref["path"]] = (into / ref["path"]).stat().st_size
+            captured += sizes[ref["path"]]
+    chain = {s[n]["path"] for s in record["steps"] for n in ("x", "x_next")}
+    stored = sum(sizes.values())
+    streams = len(record["streams"])
+    del torch
+    return {"steps": steps, "streams": streams, "captured_bytes": captured, "stored_bytes": stored,
+            "ratio": round(stored / captured, 3), "chain_latents_stored": len(chain),
+            "chain_ratio": round(sum(sizes[p] for p in chain) / chain_captured, 3),
+            "chain_expected": round((steps + 1) / (2 * steps), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="ikdata-bench-diffusion-"))
+    try:
+        print(f"load average {load_average()}")
+        overhead = engine_overhead(2 if args.quick else 5, 4 if args.quick else 6, work / "overhead")
+        print(f"engine time per step (median): bare {overhead['bare_step_ms']} ms, captured "
+              f"{overhead['captured_step_ms']} ms, ratio {overhead['ratio']}x; best of {overhead['steps_timed']}: "
+              f"bare {overhead['best_bare_step_ms']} ms, captured {overhead['best_captured_step_ms']} ms, ratio "
+              f"{overhead['best_ratio']}x (target <= 1.10x)")
+        print(f"whole call, {overhead['steps_per_call']} steps (best): bare "
+              f"{overhead['best_call_s']['bare']} s, captured {overhead['best_call_s']['captured']} s (hashing and "
+              "writing the trajectory's blobs, rows, model record at the end of the call)")
+        stored = storage(20, work / "storage")
+        print(f"20-step trajectory, {stored['streams']} streams: stored {stored['stored_bytes']} B of "
+              f"{stored['captured_bytes']} B captured (ratio {stored['ratio']}); latent chain (x, x_next): "
+              f"{stored['chain_latents_stored']} latents stored, ratio {stored['chain_ratio']} "
+              f"(expected (N+1)/2N = {stored['chain_expected']})")
+        print(f"load average {load_average()}")
+        print(json.dumps({"engine": overhead, "storage": stored}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
