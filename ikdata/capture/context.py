@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import json
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -38,6 +39,7 @@ class Request:
 _REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("ikdata_capture_request", default=None)
 _STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("ikdata_capture_step", default=None)
 _NO_REQUEST = Request(None)
+REQUEST_FIELDS_MAX_BYTES = 64 << 10  # JSON bytes of request-file fields copied into every receipt
 
 
 @contextlib.contextmanager
@@ -91,11 +93,33 @@ class RequestFile:
                 data = orjson.loads(open(self.path, "rb").read())
             except (OSError, ValueError):
                 return self._request  # a driver that does not replace atomically: keep the last good one
+            if not isinstance(data, dict):
+                return self._request
             steps = data.pop("capture_steps", None)
             self._request = Request(data.pop("request_id", None), tuple(steps) if steps is not None else None,
-                                    {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool))})
+                                    capped_fields(data, where=self.path))
             self._stamp = stamp
         return self._request
+
+
+def capped_fields(fields: dict[str, Any], *, where: str, cap: int = REQUEST_FIELDS_MAX_BYTES) -> dict[str, Any]:
+    """Request fields for the receipts: JSON values kept as they are (a request body, a server
+    command line), up to ``cap`` bytes of JSON in all; a field past the cap is replaced by a note
+    saying so, and a line on stderr names it (once per request file version)."""
+    kept: dict[str, Any] = {}
+    used = 0
+    for key, value in fields.items():
+        size = len(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)) if value is not None else 4
+        if used + size > cap:
+            kept[key] = (f"<omitted by ikdata: {size} bytes of JSON, past the {cap}-byte cap on request-file "
+                         "fields; keep large bodies elsewhere and put a reference here>")
+            sys.stderr.write(f"ikdata capture [{os.getpid()}]: {where}: field {key!r} is {size} bytes of JSON; "
+                             f"request-file fields are capped at {cap} bytes in all, so receipts record a note "
+                             "instead of it\n")
+            continue
+        used += size
+        kept[key] = value
+    return kept
 
 
 class StepTracker:
@@ -184,4 +208,4 @@ def write_request_file(path: str, request_id: str | int, *, capture_steps: list[
     os.replace(tmp, path)
 
 
-__all__ = ["Request", "request", "step", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]
+__all__ = ["REQUEST_FIELDS_MAX_BYTES", "capped_fields", "Request", "request", "step", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]

@@ -36,8 +36,15 @@ class CaptureResult:
         counts: definition -> workloads added by this run.
         failures: per-process failures ({"pid", "definition", "message"}).
         refused: why selected calls were not captured (caps) -> how many.
-        dataset_id: the committed manifest's id.
+        dataset_id: the committed manifest's id (None: nothing was written).
         processes: how many processes reported (those killed by SIGKILL cannot).
+        lost: workloads captured but not written (a write failed: disk full, file-size limit...);
+            none of them left a row or a receipt.
+        unverified: workloads written with ``unverified`` in their receipt (a reused weight changed
+            in place; replay and import do not judge them).
+        unstepped: definition -> calls left out by ``--steps`` because they ran outside any step.
+        steps_seen: the most steps one request counted in one process (0: no step ran).
+        steps: the ``--steps`` asked for (None: all).
     """
 
     returncode: int
@@ -46,6 +53,33 @@ class CaptureResult:
     refused: dict[str, int] = field(default_factory=dict)
     dataset_id: str | None = None
     processes: int = 0
+    lost: int = 0
+    unverified: int = 0
+    unstepped: dict[str, int] = field(default_factory=dict)
+    steps_seen: int = 0
+    steps: tuple[int, ...] | None = None
+
+    def nothing_kept(self) -> tuple[str, bool] | None:
+        """Why ``--steps`` kept nothing, and whether what was asked is impossible; None when something was kept.
+
+        Example:
+            >>> CaptureResult(0, {}, unstepped={"dense_gemm_f32_nt_n4_k8": 3}, steps=(0,)).nothing_kept()[1]
+            True
+        """
+        if self.counts or self.steps is None or self.lost:
+            return None
+        asked = ",".join(map(str, self.steps))
+        if self.unstepped:
+            seen = ", ".join(f"{name} ({n} call{'s' if n != 1 else ''})" for name, n in sorted(self.unstepped.items()))
+            where = (f"no step ran ({self.steps_seen} counted)" if not self.steps_seen else
+                     f"steps 0-{self.steps_seen - 1} ran, but these calls were outside all of them")
+            return (f"--steps {asked} kept nothing: {seen} ran outside any step ({where}; a step is a call "
+                    "of the outermost module, or of --step-module), so no step can be known for them. Drop "
+                    "--steps, or mark steps in the program with 'with ikdata.capture.step(i):'", not self.steps_seen)
+        if self.steps_seen:
+            return (f"--steps {asked} kept nothing: each request ran {self.steps_seen} step(s) at most "
+                    f"(steps 0-{self.steps_seen - 1}); choose steps among those", False)
+        return None
 
 
 def prepare(config: CaptureConfig) -> CaptureConfig:
@@ -129,10 +163,16 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
         counts = {name: after[name] - before.get(name, 0) for name in sorted(after) if after[name] > before.get(name, 0)}
         failures = [dict(f, pid=e["pid"]) for e in events for f in e.get("failures", [])]
         refused: dict[str, int] = {}
+        unstepped: dict[str, int] = {}
         for event in events:
             for reason, n in event.get("refused", {}).items():
                 refused[reason] = refused.get(reason, 0) + n
-        return CaptureResult(returncode, counts, failures, refused, dataset_id, len(events))
+            for name, n in (event.get("unstepped") or {}).items():
+                unstepped[name] = unstepped.get(name, 0) + n
+        return CaptureResult(returncode, counts, failures, refused, dataset_id, len(events),
+                             lost=sum(e.get("lost", 0) for e in events),
+                             unverified=sum(e.get("unverified", 0) for e in events), unstepped=unstepped,
+                             steps_seen=max((e.get("steps_seen", 0) for e in events), default=0), steps=config.steps)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 

@@ -83,8 +83,27 @@ def capture(
     for line in trajectories.capture_summary(into, before):  # diffusion pipeline calls
         o.info(line)
     total = sum(result.counts.values())
-    o.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
-             f"Check it with: ikdata validate --deep {into}")
+    if result.dataset_id is not None:
+        o.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
+               f"Check it with: ikdata validate --deep {into}")
+    else:
+        o.info(f"nothing was captured; {into} holds no dataset")
+    code = result.returncode if result.returncode >= 0 else 128 - result.returncode
+    why_nothing = result.nothing_kept()
+    if why_nothing is not None:
+        message, impossible = why_nothing
+        if impossible:  # what was asked cannot be had from this program
+            out.err_console.print(f"error: {message}", markup=False)
+            code = code or 1
+        else:
+            o.warn(message)
+    if result.unverified:
+        o.warn(f"{result.unverified} workload(s) are marked unverified: a weight they reused changed in place "
+               "(see docs/capture.md); replay and import will not judge them")
+    if result.lost:
+        out.err_console.print(f"error: {result.lost} captured workload(s) could not be written (see the failures "
+                              "above); the dataset holds the others, each row with its receipt", markup=False)
+        code = code or 1
     if result.returncode != 0:
         out.err_console.print(f"the command exited with status {result.returncode}", markup=False)
-    raise typer.Exit(result.returncode if result.returncode >= 0 else 128 - result.returncode)
+    raise typer.Exit(code)
