@@ -220,3 +220,81 @@ def test_remote_files_naming_a_folder_is_a_message(src, tmp_path, name):
         assert done.returncode in (1, 2), (args, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr, done.stderr
         assert [line for line in done.stderr.splitlines() if line.startswith("error:")], done.stderr
+
+
+# -- a real full disk and a real read-only file system, where the test may mount a tmpfs ------
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """A 1 MiB tmpfs under tmp_path (skipped where mounting is not allowed); unmounted afterwards."""
+    import shutil
+
+    if shutil.which("mount") is None:
+        pytest.skip("no mount(8) here")
+    point = tmp_path / "small"
+    point.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN); the file-size-limit tests "
+                    "cover the same paths")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def _fill(point: Path) -> None:
+    """Take every free block of the file system."""
+    with open(point / "filler", "wb") as stream:
+        try:
+            while True:
+                stream.write(b"\0" * 65536)
+                stream.flush()
+        except OSError:
+            pass
+
+
+def test_disk_full_on_import_and_manifest(src, small_fs):
+    import shutil
+
+    dst = small_fs / "dst"
+    shutil.copytree(make_validated(src.parent / "seed-dst", rows=1, seed=21, w_seed=21), dst)
+    _fill(small_fs)
+    before = tree_digest(dst)
+    done = run_cli("import", src, dst)
+    assert_one_line_error(done, "disk is full (ENOSPC)")
+    assert tree_digest(dst) == before
+    no_temp_files(dst)
+    (dst / "workloads" / "gemm" / "extra.jsonl").touch()  # an empty file needs no block
+    done = run_cli("manifest", dst)
+    assert_one_line_error(done, "ikdata.json", "disk is full (ENOSPC)")
+    no_temp_files(dst)
+
+
+def test_read_only_file_system(src, small_fs):
+    import shutil
+
+    root = small_fs / "ds"
+    shutil.copytree(src, root)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    before = tree_digest(root)
+    for args in (["manifest", root], ["repair", root], ["gc", root, "--grace", "0"],
+                 ["import", make_validated(src.parent / "other", rows=1, seed=4, w_seed=4), root]):
+        done = run_cli(*args)
+        if done.returncode == 0:  # nothing to write (repair or gc with nothing to do) is fine
+            continue
+        assert_one_line_error(done, "read-only (EROFS)")
+    assert tree_digest(root) == before
+
+
+def test_a_header_of_a_hundred_thousand_brackets_is_a_message_in_validate_and_import(src, tmp_path):
+    from fault_helpers import blob_of, join, recommit, rewrite
+
+    rewrite(blob_of(src), lambda header, data: join("[" * 100_000, data))
+    recommit(src)
+    for args in (["validate", str(src)], ["validate", "--deep", str(src)],
+                 ["import", str(src), str(tmp_path / "dst")]):
+        done = runner.invoke(app, args)
+        assert done.exit_code == 1, (args, done.output)
+        assert done.exception is None or isinstance(done.exception, SystemExit), repr(done.exception)
+        assert "nests arrays and objects" in done.output, done.output
