@@ -262,7 +262,7 @@ def test_clean_dataset_exit_0_and_json_document(ikdata_dataset):
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document == {"ok": True, "deep": True, "definitions": 1, "workloads": 3, "receipts": 3,
-                        "blobs_checked": 7, "blobs_rehashed": 7, "problems": []}
+                        "trajectories": 0, "blobs_checked": 7, "blobs_rehashed": 7, "problems": []}
 
 
 def test_usage_errors_exit_2(tmp_path, ikdata_dataset):
