@@ -262,7 +262,9 @@ def _judge_chunk(x: np.ndarray, s: Settings, drawn: np.ndarray, out: Judged, sta
     e = np.exp((x - hi[:, None]) / t[:, None])
     total = e.sum(axis=1, dtype=np.float64)
     z_x = x[np.arange(b), drawn[idx]]
-    temp = Settings(np.where(greedy, 1.0, s.temperature[idx]), s.top_k[idx], s.top_p[idx], s.min_p[idx])
+    # greedy rows keep the argmax whatever the cuts say: give them no cuts, so none needs a wider search
+    temp = Settings(np.where(greedy, 1.0, s.temperature[idx]), np.where(greedy, 0, s.top_k[idx]),
+                    np.where(greedy, 1.0, s.top_p[idx]), np.where(greedy, 0.0, s.min_p[idx]))
     kept, status = _counts(top.astype(np.float64), total, temp, np.arange(b), vocab, tol, order)
     # the smallest kept value (every row with m < kept < vocab is in ``slow``)
     cut_value = np.where(kept >= vocab, -np.inf, top[np.arange(b), np.clip(kept, 1, m) - 1])

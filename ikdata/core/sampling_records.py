@@ -69,8 +69,13 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     large = sampled[judged.kept[sampled] > SMALL_KEPT]
     record["pit"] = _pit_part(judged.u[large])
     draws, distributions = [], {}
-    for i in small:
-        values = -np.sort(-logits[i].astype(np.float64))[:judged.kept[i]]
+    vocab = logits.shape[1]
+    width = min(vocab, SMALL_KEPT)
+    tops = logits[small]  # the top SMALL_KEPT values of each small row, by one partition
+    tops = np.partition(tops, vocab - width, axis=1)[:, vocab - width:] if width < vocab else tops
+    tops = -np.sort(-tops.astype(np.float64), axis=1)
+    for j, i in enumerate(small):
+        values = tops[j, :judged.kept[i]]
         probs, slots = _distribution(values, float(settings.temperature[i]))
         key = _key(probs)
         distributions[key] = [float(v) for v in probs]
