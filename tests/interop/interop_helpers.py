@@ -96,6 +96,7 @@ def flashinfer_disagreements(root: Path, expected: dict[str, dict[str, Any]]) ->
     from flashinfer_bench.data import TraceSet
 
     import ikdata
+    from ikdata.core.tolerances import tolerance_for
     from ikdata.replay import judges
 
     trace_set = TraceSet.from_path(str(root))
@@ -120,7 +121,7 @@ def flashinfer_disagreements(root: Path, expected: dict[str, dict[str, Any]]) ->
             values = list(result) if isinstance(result, (tuple, list)) else [result]
             for output, actual in zip(definition.outputs, values):
                 compared += 1
-                rule = judges.select_rule(ours[name], output).rule
+                rule = tolerance_for(ours[name].outputs[output].dtype, ours[name].tolerance)  # the dtype's tolerance
                 verdict = judges.judge_output(output, actual, expected[workload.uuid][output], rule)
                 if not verdict.passed:
                     wrong.append(f"{name} {workload.uuid} {output}: {verdict.reason}")
