@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ikdata.core.dataset import Dataset, open
 from ikdata.core.definitions import Definition
-from ikdata.core.errors import (BlobCorrupted, BlobNotFound, DefinitionError, IkdataError, MergeConflict,
-                           ProblemsFound, RecordError, RemoteError, StoreError, UntrustedReference,
+from ikdata.core.errors import (BlobCorrupted, BlobNotFound, DefinitionError, FileSystemError, IkdataError,
+                           MergeConflict, ProblemsFound, RecordError, RemoteError, StoreError, UntrustedReference,
                            UsageError)
 from ikdata.importing.apply import ImportResult, import_dataset
 from ikdata.core.problems import Problem
@@ -25,7 +25,7 @@ from ikdata.ops.validate import ValidationReport, validate
 __version__ = "0.1.0"
 
 __all__ = [
-    "BlobCorrupted", "BlobNotFound", "BlobStore", "Dataset", "Definition", "DefinitionError",
+    "BlobCorrupted", "BlobNotFound", "BlobStore", "Dataset", "Definition", "DefinitionError", "FileSystemError",
     "IkdataError", "ImportResult", "MergeConflict", "Problem", "ProblemsFound", "Receipt", "RecordError",
     "RemoteError", "Scalar", "StoreError", "TensorRef", "UntrustedReference", "UsageError",
     "ValidationReport", "WorkloadRow", "__version__", "import_dataset", "open", "validate",
