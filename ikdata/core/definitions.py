@@ -7,13 +7,9 @@ whose digest the user passed explicitly.
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
-import io
 import os
-import re
-import tokenize
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -24,14 +20,10 @@ import orjson
 from ikdata.core.digest import record_digest
 from ikdata.core.errors import DefinitionError, RecordError
 from ikdata.core.problems import Problem
+from ikdata.core.pointers import escape, pointer_lines
+from ikdata.core.references import (MAX_CHAIN, MAX_NESTING, MAX_REFERENCE_CHARS, RunSignature,  # noqa: F401
+                                    parse_reference, run_signature, takes_inputs)
 from ikdata.core.trust import DATASET, SHIPPED, USER, require_trusted  # noqa: F401 (origins, re-exported)
-
-# Bounds on parsing a reference (which validate does for untrusted definitions too): Python's
-# parser recurses per nesting level and runs out of stack or memory on a few thousand levels
-# (100,000 unary minus signs: MemoryError; 5,000 chained subscripts: RecursionError).
-MAX_REFERENCE_CHARS = 256 * 1024  # shipped references are under 2 KiB
-MAX_NESTING = 100                  # brackets open at once
-MAX_CHAIN = 1000                   # operators and brackets in one logical line
 
 # Finding codes that writing the definition again fixes (definition_bytes lists run's order).
 REORDERED_BY_WRITING = frozenset({"input-order", "output-order"})
@@ -44,26 +36,6 @@ class Finding:
     message: str
     pointer: str
     code: str = "definition"
-
-
-@dataclass(frozen=True)
-class RunSignature:
-    """What the parsed source says about ``run``: its parameters and the names it returns.
-
-    Attributes:
-        required: parameters without a default, in order (positional ones first).
-        positional: every positional parameter, in order.
-        varargs: ``run`` takes ``*args`` or ``**kwargs``.
-        returns: the output names every ``return`` gives, in order, when each returns a
-            name or a tuple of names; None when the source does not say.
-        line: the line of ``def run`` in the reference.
-    """
-
-    required: tuple[str, ...]
-    positional: tuple[str, ...]
-    varargs: bool
-    returns: tuple[str, ...] | None
-    line: int
 
 
 @dataclass(frozen=True)
@@ -174,10 +146,10 @@ class Definition:
                 for index, symbol in enumerate(spec.shape or ()):
                     if symbol not in self.axes:
                         found.append(Finding(f"tensor {spec.name!r} uses axis {symbol!r}, which is not declared in "
-                                             "'axes'", f"/{section}/{_escape(spec.name)}/shape/{index}", "axis"))
+                                             "'axes'", f"/{section}/{escape(spec.name)}/shape/{index}", "axis"))
         for name in sorted(set(self.inputs) & set(self.outputs)):
             found.append(Finding(f"{name!r} is both an input and an output; names must be disjoint",
-                                 f"/outputs/{_escape(name)}", "disjoint"))
+                                 f"/outputs/{escape(name)}", "disjoint"))
         tree, reason = parse_reference(self.reference)
         if tree is None:
             found.append(Finding(reason, "/reference", "reference"))
@@ -253,110 +225,10 @@ class Definition:
         return tuple(values[s] for s in spec.shape)
 
 
-def _escape(token: Any) -> str:
-    return str(token).replace("~", "~0").replace("/", "~1")
-
-
-def _reference_limits(source: str) -> str | None:
-    """Why a reference is too large or too deeply nested to parse safely (None: it is not).
-
-    Tokenizing is iterative, so this costs linear time and no recursion whatever the source.
-    """
-    if len(source) > MAX_REFERENCE_CHARS:
-        return (f"reference is {len(source):,} characters; the limit is {MAX_REFERENCE_CHARS:,} (a reference is "
-                "the Python source of one operator)")
-    depth = chain = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.NEWLINE:
-                chain = 0
-            elif token.type == tokenize.OP:
-                if token.string in "([{":
-                    depth += 1
-                    if depth > MAX_NESTING:
-                        return (f"reference line {token.start[0]}: brackets nested more than {MAX_NESTING} deep; "
-                                "ikdata does not parse a reference nested this deeply")
-                elif token.string in ")]}":
-                    depth = max(0, depth - 1)
-                if token.string not in (",", ":", ")", "]", "}", "=", ";"):
-                    chain += 1
-                    if chain > MAX_CHAIN:
-                        return (f"reference line {token.start[0]}: more than {MAX_CHAIN} operators in one "
-                                "statement; ikdata does not parse an expression nested this deeply")
-            elif token.type == tokenize.NAME and token.string in ("not", "and", "or", "lambda", "if", "await"):
-                chain += 1
-                if chain > MAX_CHAIN:
-                    return (f"reference line {token.start[0]}: more than {MAX_CHAIN} operators in one statement; "
-                            "ikdata does not parse an expression nested this deeply")
-    except (tokenize.TokenError, SyntaxError, ValueError):
-        return None  # ast.parse reports the syntax error with its line
-    return None
-
-
-def parse_reference(source: str) -> tuple[ast.Module | None, str | None]:
-    """Parse a reference without running it, within the size and nesting limits.
-
-    Returns:
-        (the module's AST, None), or (None, why it cannot be parsed): a syntax error with
-        its line, or a limit it exceeds. Never raises RecursionError or MemoryError.
-    """
-    reason = _reference_limits(source)
-    if reason:
-        return None, reason
-    try:
-        return ast.parse(source), None
-    except SyntaxError as exc:
-        return None, f"reference does not parse: line {exc.lineno}: {exc.msg}"
-    except (RecursionError, MemoryError, ValueError) as exc:
-        return None, (f"reference cannot be parsed within Python's limits ({type(exc).__name__}); "
-                      "simplify its expressions")
-
-
-def run_signature(tree: ast.Module) -> RunSignature | None:
-    """``run``'s parameters and returned names, read from the parsed source (None: no top-level ``run``)."""
-    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "run"),
-                None)
-    if node is None:
-        return None
-    args = node.args
-    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
-    defaulted = len(args.defaults)
-    required = positional[:len(positional) - defaulted] if defaulted else positional
-    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    return RunSignature(tuple(required), tuple(positional), bool(args.vararg or args.kwarg), _returned_names(node),
-                        node.lineno)
-
-
-def _returned_names(node: ast.AST) -> tuple[str, ...] | None:
-    """The names every ``return`` of ``run`` gives (nested functions excluded), if they all agree."""
-    found: set[tuple[str, ...]] = set()
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        child = stack.pop()
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        if isinstance(child, ast.Return):
-            value = child.value
-            if isinstance(value, ast.Name):
-                found.add((value.id,))
-            elif isinstance(value, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in value.elts):
-                found.add(tuple(e.id for e in value.elts))
-            else:
-                return None
-        stack.extend(ast.iter_child_nodes(child))
-    return found.pop() if len(found) == 1 else None
-
-
-def _takes_inputs(signature: RunSignature, inputs: list[str]) -> bool:
-    """``run``'s first positional parameters are the inputs (in some order) and it needs nothing else."""
-    return (not signature.varargs and set(signature.positional[:len(inputs)]) == set(inputs)
-            and set(signature.required) <= set(inputs))
-
-
 def _signature_findings(definition: Definition, signature: RunSignature) -> list[Finding]:
     inputs = list(definition.inputs)
     listed = ", ".join(inputs)
-    if not _takes_inputs(signature, inputs):
+    if not takes_inputs(signature, inputs):
         return [Finding(f"run's parameters ({', '.join(signature.positional)}) are not the inputs ({listed}); "
                         f"expected 'def run({listed})', so that flashinfer-bench (which passes the inputs "
                         "positionally) and ikdata (by name) call it alike", "/reference", "run-signature")]
@@ -401,12 +273,13 @@ def declared_record(record: Mapping[str, Any]) -> dict[str, Any]:
     names, or returns that are not plain names) keeps the order it has.
     """
     record = dict(record)
-    tree, _ = parse_reference(record.get("reference") or "") if isinstance(record.get("reference"), str) else (None, None)
+    reference = record.get("reference")
+    tree, _ = parse_reference(reference) if isinstance(reference, str) else (None, None)
     signature = run_signature(tree) if tree is not None else None
     if signature is None:
         return record
     inputs, outputs = record.get("inputs"), record.get("outputs")
-    if isinstance(inputs, Mapping) and _takes_inputs(signature, list(inputs)):
+    if isinstance(inputs, Mapping) and takes_inputs(signature, list(inputs)):
         record["inputs"] = {n: inputs[n] for n in signature.positional[:len(inputs)]}
     if isinstance(outputs, Mapping) and signature.returns is not None and set(signature.returns) == set(outputs) \
             and len(signature.returns) == len(outputs):
@@ -463,52 +336,6 @@ def reorder_definitions(root: str | os.PathLike) -> tuple[str, ...]:
         write_atomic(path, [data])
         rewritten.append(path.relative_to(root).as_posix())
     return tuple(rewritten)
-
-
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-
-
-def pointer_lines(text: str) -> dict[str, int]:
-    """JSON pointer -> 1-based line where that value starts, for a valid JSON document.
-
-    Iterative (the document was parsed already, so its nesting is bounded by orjson's limit).
-    """
-    lines: dict[str, int] = {}
-    stack: list[list[Any]] = []  # [is_object, pointer, current key or index]
-    line, i, n = 1, 0, len(text)
-
-    def start_value() -> None:
-        lines.setdefault(f"{stack[-1][1]}/{_escape(stack[-1][2])}" if stack else "", line)
-
-    while i < n:
-        ch = text[i]
-        if ch == "\n":
-            line += 1
-        elif ch == '"':
-            match = _JSON_STRING.match(text, i)
-            j = match.end() - 1 if match else n
-            if stack and stack[-1][0] and stack[-1][2] is None:
-                stack[-1][2] = orjson.loads(text[i:j + 1])
-            else:
-                start_value()
-            i = j + 1
-            continue
-        elif ch in "{[":
-            start_value()
-            pointer = f"{stack[-1][1]}/{_escape(stack[-1][2])}" if stack else ""
-            stack.append([ch == "{", pointer, None if ch == "{" else 0])
-        elif ch in "}]":
-            if stack:
-                stack.pop()
-        elif ch == ",":
-            if stack:
-                stack[-1][2] = None if stack[-1][0] else stack[-1][2] + 1
-        elif ch not in " \t\r:":
-            start_value()
-            while i + 1 < n and text[i + 1] not in ",]} \t\r\n":
-                i += 1
-        i += 1
-    return lines
 
 
 def parse_definition(path: Path, *, origin: str, display: str | None = None) -> tuple[Definition | None, list[Problem]]:
