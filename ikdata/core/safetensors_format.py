@@ -15,10 +15,9 @@ Nothing is parsed recursively before its depth is known, so hostile headers give
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 BLOB_KEY = "tensor"
@@ -57,6 +56,7 @@ class TensorEntry:
     shape: tuple[int, ...]
     start: int  # absolute byte offset of the data in the file
     end: int
+    canonical: bool = field(default=False, compare=False)  # the file is a canonical one-tensor ikdata blob
 
     @property
     def nbytes(self) -> int:
@@ -76,32 +76,21 @@ def encode_header(dtype: str, shape: tuple[int, ...] | list[int], nbytes: int) -
     return struct.pack("<Q", len(header)) + header
 
 
-def canonical_problem(prefix: bytes, entries: list[TensorEntry]) -> str | None:
+def canonical_problem(entries: list[TensorEntry] | tuple[TensorEntry, ...]) -> str | None:
     """Why a file is not in the canonical one-tensor blob form, or None if it is.
 
     Args:
-        prefix: the file's first bytes, at least up to the first tensor's data.
-        entries: what :func:`parse_header` found in the file.
+        entries: what :func:`parse_header` found in the file (it marks a canonical header).
     """
     if len(entries) != 1 or entries[0].key != BLOB_KEY:
         return (f"holds tensors {[e.key for e in entries]}; an ikdata blob holds exactly one, "
                 f"under the key {BLOB_KEY!r}")
-    entry = entries[0]
-    if entry.dtype not in DTYPES:
-        return f"holds dtype {entry.dtype}, which ikdata does not store"
-    expected = encode_header(entry.dtype, entry.shape, entry.nbytes)
-    if bytes(prefix[:entry.start]) != expected:
+    if entries[0].dtype not in DTYPES:
+        return f"holds dtype {entries[0].dtype}, which ikdata does not store"
+    if not entries[0].canonical:
         return ("its header is not the canonical one (extra metadata, fields, spacing or key order); "
                 "equal tensors must give byte-identical blobs")
     return None
-
-
-def file_canonical_problem(path: str | os.PathLike, entries: list[TensorEntry]) -> str | None:
-    """:func:`canonical_problem` for a file on disk, reading only its header."""
-    if len(entries) == 1:
-        with open(path, "rb") as stream:
-            return canonical_problem(stream.read(entries[0].start), entries)
-    return canonical_problem(b"", entries)
 
 
 def parse_header(prefix: bytes, file_size: int) -> list[TensorEntry]:
@@ -173,6 +162,10 @@ def parse_header(prefix: bytes, file_size: int) -> list[TensorEntry]:
     if position < data_size:
         raise FormatError(f"{data_size - position} bytes after the last tensor's data; a safetensors file "
                           "ends where its data ends")
+    if len(entries) == 1 and entries[0].key == BLOB_KEY and entries[0].dtype in DTYPES:
+        only = entries[0]
+        if prefix[:8 + length] == encode_header(only.dtype, only.shape, only.nbytes):
+            entries[0] = replace(only, canonical=True)
     return entries
 
 

@@ -36,7 +36,7 @@ from ikdata.core.records import WorkloadRow
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
 from ikdata.core.verdicts import REPORT_FORMAT, recheck
 from ikdata.importing.checks import check_against_blobs
-from ikdata.core.safetensors_format import file_canonical_problem
+from ikdata.core.safetensors_format import canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 
@@ -330,7 +330,7 @@ def _plan_blobs(plan: ImportPlan, dst: Path, progress: ProgressCallback | None =
                                     f"{plan.source.tensors[digest].tensor_key!r}", code="missing-key"))
         else:
             tensor = plan.source.tensors[digest]
-            canonical = tensor.canonical and file_canonical_problem(check.path, list(check.entries)) is None
+            canonical = tensor.canonical and canonical_problem(check.entries) is None  # else re-encoded
             plan.blobs[digest] = TensorSource(tensor.path, tensor.tensor_key, canonical, check.entries[0])
     if problems:
         raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} corrupt blob(s); nothing was imported")

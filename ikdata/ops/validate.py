@@ -14,7 +14,7 @@ from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
-from ikdata.core.safetensors_format import DTYPES, TensorEntry, canonical_problem, encode_header
+from ikdata.core.safetensors_format import TensorEntry, canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobCheck, digest_from_path, read_entries, rehash_files
 
@@ -334,7 +334,7 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         entries.update(zip(readable, found))
     report.blobs_checked = len(readable)
     if ds.layout == "ikdata":
-        _check_canonical(ds, entries, problems, exact=deep)
+        _check_canonical(entries, problems)
     reported_files: set[str] = set()
     for use in uses:
         path = files.get(use.ref.path)
@@ -365,25 +365,13 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
                                     f"{list(use.shape)} ({use.context})", use.line, use.pointer, "shape-mismatch"))
 
 
-def _check_canonical(ds: Dataset, entries: dict[str, list[TensorEntry] | str], problems: list[Problem], *,
-                     exact: bool) -> None:
+def _check_canonical(entries: dict[str, list[TensorEntry] | str], problems: list[Problem]) -> None:
     """Every ikdata blob (``blob/sha256/...``) is one tensor in the canonical header, so equal
-    digests give byte-identical files. The layout is checked from the parsed entries; with
-    ``exact`` (deep) the header bytes are read and compared too."""
+    digests give byte-identical files (the header parser marks canonical headers: no extra read)."""
     for rel, found in entries.items():
         if isinstance(found, str) or not rel.startswith("blob/sha256/"):
             continue
-        reason = canonical_problem(b"", found) if len(found) != 1 or found[0].dtype not in DTYPES else None
-        if reason is None:
-            header = encode_header(found[0].dtype, found[0].shape, found[0].nbytes)
-            if found[0].start != len(header):
-                reason = canonical_problem(b"", found)
-            elif exact:
-                try:
-                    with open(ds.root / rel, "rb") as stream:
-                        reason = canonical_problem(stream.read(len(header)), found)
-                except OSError as exc:
-                    reason = f"cannot read: {exc.strerror or exc}"
+        reason = canonical_problem(found)
         if reason:
             problems.append(Problem(rel, f"not a canonical ikdata blob: {reason}; restore it from its source",
                                     code="bad-blob"))
