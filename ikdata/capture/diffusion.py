@@ -139,7 +139,7 @@ def patch_module(module: Any) -> int:
 def _patch_class(cls: type) -> int:
     if cls in _PATCHED:
         return 0
-    bases = {c.__name__ for c in cls.__mro__[1:]}
+    bases = {c.__name__ for c in cls.__mro__}  # ModularPipeline defines __call__ on the base itself
     if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("step")):
         _wrap(cls, "step", _step_wrapper)
         return 1
