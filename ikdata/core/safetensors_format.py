@@ -45,6 +45,8 @@ BITS_BY_CODE: dict[str, int] = {
 _FIELDS = ("dtype", "shape", "data_offsets")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_CANONICAL = re.compile(rb'\{"tensor":\{"dtype":"([A-Z0-9_]+)","shape":\[((?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)?\],'
+                        rb'"data_offsets":\[0,(0|[1-9][0-9]*)\]\}\} *')
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,39 @@ def parse_header(prefix: bytes, file_size: int) -> list[TensorEntry]:
     if len(prefix) < 8 + length:
         raise FormatError("header not fully read")
     raw = bytes(prefix[8:8 + length])
+    fast = _canonical_fast_path(raw, length, file_size)
+    if fast is not None:
+        return fast
+    return _check_layout(prefix, length, file_size, _read_tensors(raw))
+
+
+def _canonical_fast_path(raw: bytes, length: int, file_size: int) -> list[TensorEntry] | None:
+    """A well-formed one-tensor header in the canonical shape (what ikdata reads most), by one regular
+    expression; None sends anything else, including anything wrong, to the full parser."""
+    match = _CANONICAL.fullmatch(raw)
+    if match is None:
+        return None
+    code = match.group(1).decode()
+    bits = BITS_BY_CODE.get(code)
+    if bits is None:
+        return None
+    dims = tuple(map(int, match.group(2).split(b","))) if match.group(2) else ()
+    end = int(match.group(3))
+    count = 1
+    for dim in dims:
+        count *= dim
+        if count > _U64_MAX:
+            return None
+    if count * bits > _U64_MAX or count * bits % 8 or count * bits // 8 != end or 8 + length + end != file_size:
+        return None
+    core = match.end(3) + 3  # the bytes before the padding
+    dtype = TORCH_NAME_BY_CODE.get(code)
+    canonical = dtype is not None and len(raw) - core == -core % 8
+    return [TensorEntry(BLOB_KEY, dtype or f"safetensors.{code}", dims, 8 + length, 8 + length + end, canonical)]
+
+
+def _read_tensors(raw: bytes) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    """Every tensor of a header as (dtype code, shape, begin, end), read as safetensors reads it."""
     header = _load_json(raw)
     if not isinstance(header, _Object):
         raise FormatError(f"header is a JSON {_kind(header)}, expected an object")
@@ -133,6 +168,12 @@ def parse_header(prefix: bytes, file_size: int) -> list[TensorEntry]:
             _check_metadata(info)
             continue
         tensors[key] = _tensor_info(key, info)  # a repeated tensor name: the last one counts, as in safetensors
+    return tensors
+
+
+def _check_layout(prefix: bytes, length: int, file_size: int,
+                  tensors: dict[str, tuple[str, tuple[int, ...], int, int]]) -> list[TensorEntry]:
+    """Offsets contiguous from 0, sizes by shape, data covering the file exactly: the entries."""
     data_size = file_size - 8 - length
     entries = []
     position = 0

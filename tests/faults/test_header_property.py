@@ -45,7 +45,8 @@ def _ikdata_accepts(data: bytes) -> bool:
 def _valid(draw) -> tuple[dict, int]:
     """A valid header as a dict (tensor name -> fields) and its data size."""
     tensors, offset = {}, 0
-    for name in draw(st.lists(st.text(min_size=0, max_size=4), max_size=4, unique=True)):
+    names = st.one_of(st.just("tensor"), st.text(min_size=0, max_size=4))  # "tensor": the canonical fast path
+    for name in draw(st.lists(names, max_size=4, unique=True)):
         if name == "__metadata__":
             continue
         code = draw(st.sampled_from(CODES))
@@ -136,14 +137,16 @@ def _file(draw) -> bytes:
         header_text = json.dumps(list(tensors))
     if header_text is None:
         document = dict(tensors) if meta is ... else {"__metadata__": meta, **tensors}
-        header_text = json.dumps(document, ensure_ascii=draw(st.booleans()))
+        compact = draw(st.booleans())  # ikdata's canonical form is compact
+        header_text = json.dumps(document, ensure_ascii=draw(st.booleans()),
+                                 separators=(",", ":") if compact else None)
     if mutation == "whitespace":
         header_text = draw(st.sampled_from(["", " ", "\n", "\t", "\r", "\x0b", "\x0c"])) + header_text \
             + draw(st.sampled_from(["", " ", "  \n", "\x00", "x", "\u00a0"]))
     elif mutation == "junk-after-json":
         header_text += draw(st.sampled_from(["}", "x", "\x00", "{}", "  "]))
     header = header_text.encode("utf-8", "surrogatepass")
-    header += b" " * (-len(header) % 8) if draw(st.booleans()) else b""
+    header += b" " * draw(st.sampled_from([-len(header) % 8, 0, 1, 8, 9]))
     return struct.pack("<Q", len(header)) + header + bytes(size) + extra
 
 
@@ -166,3 +169,13 @@ def test_hundred_thousand_nested_brackets_are_a_format_error_not_a_recursion_err
         with pytest.raises(FormatError, match="deep|JSON"):
             parse_header(data, len(data))
         assert not _safetensors_accepts(data)
+
+
+def test_canonical_blobs_are_marked_and_others_are_not() -> None:
+    from ikdata.core.safetensors_format import encode_header
+
+    header = encode_header("torch.float32", (2, 3), 24)
+    assert parse_header(header + bytes(24), len(header) + 24)[0].canonical
+    padded = header[8:] + b" " * 8
+    other = struct.pack("<Q", len(padded)) + padded + bytes(24)
+    assert _safetensors_accepts(other) and not parse_header(other, len(other))[0].canonical
