@@ -418,6 +418,9 @@ def _request(rec: Any, expected: int) -> dict:
         "output_type": b.get("output_type") if isinstance(b.get("output_type"), str) else None,
         "request_id": rec.request_id if isinstance(rec.request_id, (str, int)) else None,
     }
+    for name in _GUIDANCE_FIELDS:  # what step replay needs to rebuild the step's out from the denoiser's
+        if _float(b.get(name)) is not None:
+            request[name] = _float(b.get(name))
     unet = getattr(rec.pipe, "unet", None)
     if request["height"] is None and unet is not None:
         size = unet.config.get("sample_size")
@@ -434,6 +437,10 @@ def _request(rec: Any, expected: int) -> dict:
 
             request[f"{name}_digest"] = raw_tensor(value).digest
     return request
+
+
+_GUIDANCE_FIELDS = ("guidance_rescale", "audio_guidance_scale", "audio_guidance_rescale", "stg_scale",
+                    "audio_stg_scale", "modality_scale", "audio_modality_scale")
 
 
 def _provenance(rec: Any) -> dict:

@@ -52,6 +52,21 @@ def replay_command(
         ray: Annotated[Optional[str], typer.Option(
             "--ray", metavar="ADDRESS", help="Run the cases on Ray: 'local' starts a cluster here, 'auto' joins "
             "a running one, or a cluster address. Needed to replay a URL (s3://, hf://) without pulling it.")] = None,
+        pipeline: Annotated[Optional[str], typer.Option(
+            "--pipeline", metavar="FILE.py:FUNCTION", help="Diffusion: the reference pipeline's builder (your code, "
+            "run because you name it); decodes the final latents for the decode check.")] = None,
+        clip: Annotated[Optional[list[str]], typer.Option(
+            "--clip", metavar="[TRAJECTORY=]FILE", help="Diffusion: the engine's clip to decode with PyAV "
+            "(repeatable; prefix a trajectory id to name whose).")] = None,
+        attention: Annotated[str, typer.Option(
+            "--attention", help="Diffusion: the reference's attention (sdpa, math, eager).")] = "sdpa",
+        floor_attention: Annotated[str, typer.Option(
+            "--floor-attention", help="Diffusion: the other exact attention the floor is measured with "
+            "(sdpa, math, eager; 'none': no floor, the definition's tolerance).")] = "eager",
+        floor_k: Annotated[Optional[float], typer.Option(
+            "--floor-k", help="Diffusion: a step passes when e <= k*f + eps (default 4).")] = None,
+        floor_eps: Annotated[Optional[float], typer.Option(
+            "--floor-eps", help="Diffusion: the eps of e <= k*f + eps (default 1e-6).")] = None,
 ) -> None:
     """Rerun each trusted reference on the captured inputs and judge it against the captured outputs.
 
@@ -78,9 +93,11 @@ def replay_command(
             raise UsageError(f"{path}: replaying a URL runs on Ray workers that fetch only the blobs they need: "
                              "add --ray local (or --ray auto), or 'ikdata clone' it first")
         ds = ikdata.open(Path(path), definitions=definitions or ())
+        settings = _diffusion_settings(pipeline, clip, attention, floor_attention, floor_k, floor_eps)
         with o.progress("replay", unit="cases") as callback:
             result = replay(ds, device=device, definitions=definition, shard=shard, resume=resume,
-                            report_path=report, trust=trust or (), reuse=reuse, progress=callback)
+                            report_path=report, trust=trust or (), reuse=reuse, progress=callback,
+                            diffusion=settings)
     o.problems(result.problems, label="not replayed: ")
     for refusal in result.refused:
         out.err_console.print(f"[red]refused:[/red] {escape(refusal.message)} ({refusal.workloads} workloads not "
@@ -94,6 +111,7 @@ def replay_command(
 
     def human() -> None:
         _print_tables(result.report)
+        _print_trajectories(result.report)
         _print_summary(summary)
         if cluster is not None:
             out.info(f"ray: {cluster.tasks} tasks on {cluster.workers} CPUs / {cluster.gpus} GPUs "
@@ -124,6 +142,41 @@ def replay_combine(
     o.exit(code=summary["exit_code"])
 
 
+def _diffusion_settings(pipeline: Optional[str], clips: Optional[list[str]], attention: str, floor_attention: str,
+                        k: Optional[float], eps: Optional[float]) -> Any:
+    """The trajectory judge's settings from the options (ikdata.replay.diffusion.Settings)."""
+    from ikdata.replay.diffusion import Settings
+
+    named: dict[str, str] = {}
+    for item in clips or ():
+        prefix, sep, file = item.partition("=")
+        named[prefix if sep else ""] = file if sep else item
+    defaults = Settings()
+    return Settings(reference_attention=attention, alt_attention=None if floor_attention == "none" else floor_attention,
+                    k=defaults.k if k is None else k, eps=defaults.eps if eps is None else eps, pipeline=pipeline,
+                    clips=named).check()
+
+
+def _print_trajectories(report: dict[str, Any]) -> None:
+    """Per trajectory: steps passed, worst e/f and where, the first failure, PSNR."""
+    from rich.table import Table
+
+    from ikdata.replay import diffusion_table
+
+    rows = diffusion_table.rows(report)
+    if not rows:
+        return
+    table = Table(title=f"diffusion trajectories: {len(rows)}", title_justify="left")
+    for column in diffusion_table.COLUMNS:
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        table.add_row(*(escape(c) for c in row))
+    out.console.print(table)
+    for line in diffusion_table.notes(report):
+        out.info(textwrap.fill(line, width=max(40, out.console.width), initial_indent="  ",
+                               subsequent_indent="      ", break_long_words=False, break_on_hyphens=False))
+
+
 _LISTED = 20  # a definition with more cases lists only those that did not pass
 
 
@@ -135,6 +188,8 @@ def _print_tables(report: dict[str, Any]) -> None:
     from ikdata.replay.summary import case_rows, fit_table
 
     for name, rows in case_rows(report).items():
+        if name.startswith("trajectory:"):
+            continue  # their own table (_print_trajectories)
         shown = rows if len(rows) <= _LISTED else [r for r in rows if r[2] != "passed"]
         layout = fit_table(shown, out.console.width)
         table = Table(title=f"{name}: {len(rows)} cases", title_justify="left")

@@ -143,7 +143,7 @@ class _Run:
 def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | None = None,
            shard: Shard | str | None = None, resume: bool = False, report_path: str | Path | None = None,
            trust: Iterable[str] = (), reuse: bool = True, cache_path: str | Path | None = None,
-           progress: Callable[[Progress], None] | None = None) -> ReplayResult:
+           progress: Callable[[Progress], None] | None = None, diffusion: Any = None) -> ReplayResult:
     """Replay every workload with expected outputs and write the report after each case.
 
     Args:
@@ -157,6 +157,7 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
         reuse: take the verdict of an identical case judged before (see :mod:`ikdata.replay.reuse`).
         cache_path: the reuse cache file (default :func:`default_cache_path`).
         progress: called after every case (library code never prints).
+        diffusion: how trajectories are judged (:class:`ikdata.replay.diffusion.Settings`; default settings).
 
     Returns:
         The result; ``result.exit_code`` is 0 only when every replayed case passed.
@@ -191,7 +192,18 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
     finally:
         run.cache.flush()
     sampling_judge.decide_all(out)  # statistical judges decide a definition's cases together, resumed ones too
+    if not definitions:  # trajectories are judged in a whole run (or shard), not for named definitions
+        _judge_trajectories(run, shard, diffusion)
     return _finish(run, seen_problems, resumed)
+
+
+def _judge_trajectories(run: _Run, shard: Shard | None, settings: Any) -> None:
+    """Diffusion trajectories, judged after the workloads: one case each (ikdata.replay.diffusion)."""
+    from ikdata.core.trajectories import files
+    from ikdata.replay import diffusion
+
+    if files(run.ds.root):
+        diffusion.judge_all(run, shard=shard, settings=settings)
 
 
 def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,
@@ -338,6 +350,9 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
         why = "no receipt" if receipt is None else "its receipt has no expected_output"
         return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
                 "reason": f"no expected outputs to judge against ({why}; e.g. an imported workload)"}
+    if _is_denoiser(run, row):  # needs the model and the floor: judged per step by its trajectory's case
+        return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
+                "reason": "a denoiser step: judged with its noise floor by its trajectory's case (trajectory:...)"}
     unverified = receipt.provenance.get("unverified")
     if unverified:  # capture could not vouch for the bytes its inputs name (docs/capture.md): never judged
         reason = unverified.get("reason") if isinstance(unverified, dict) else str(unverified)
@@ -363,6 +378,12 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
                     seconds=time.perf_counter() - started)
         return case
     return _Pending(case, definition, reference, receipt, started)
+
+
+def _is_denoiser(run: _Run, row: WorkloadRow) -> bool:
+    from ikdata.replay.diffusion import is_denoiser
+
+    return is_denoiser(run.ds.definitions.get(row.definition))
 
 
 def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:

@@ -1,0 +1,154 @@
+"""Verdicts of a diffusion trajectory's replay, from its measurements: one rule, torch-free.
+
+The replay (:mod:`ikdata.replay.diffusion`) measures, per step and stream, ``e`` (the engine's output
+against the reference's, relative L2), ``f`` (the reference against itself with another exact
+attention kernel), the chain error, continuity, the initial noise and the decoded clip's PSNR; this
+module decides. The same functions decide when replay writes a case and when import re-checks one
+(:func:`recheck`), so a "passed" in a report is always recomputed from its numbers.
+
+A step passes when ``e <= k*f + eps``; a degenerate floor (``f == 0``: one kernel only) falls back to
+the definition's tolerance (``fallback``), and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+DEFAULT_K = 4.0  # docs/diffusion.md "Judging": an exact kernel in another order stays within ~1.3 f
+DEFAULT_EPS = 1e-6  # absolute slack on a relative L2 error: float32 rounding of the metric itself
+CHAIN_ULPS = 4.0  # chain error bound, in units of the latent dtype's machine epsilon
+CONTINUITY_TOLERANCE = 0.0  # x_next of step i must be x of step i+1 exactly (same digest)
+NOISE_TOLERANCE = 0.0  # the first x must be the recipe's noise exactly (as a multiset of values)
+PSNR_MEAN_DB = 25.0  # decoded clip vs the reference decode (luma), mean over frames: docs/diffusion.md
+PSNR_WORST_DB = 20.0  # ... and the worst frame
+AUDIO_SNR_DB = 10.0  # audio stream vs the reference's audio (after aligning the codec's delay)
+PSNR_CAP_DB = 100.0
+_EPS_BY_DTYPE = {"torch.float32": 2.0 ** -23, "torch.float16": 2.0 ** -10, "torch.bfloat16": 2.0 ** -7,
+                 "torch.float64": 2.0 ** -52}
+
+
+def chain_bound(dtype: str) -> float:
+    """The largest chain error of a correct scheduler update in ``dtype`` (relative L2)."""
+    return CHAIN_ULPS * _EPS_BY_DTYPE.get(dtype, 2.0 ** -7)
+
+
+def step_bound(f: float | None, *, k: float, eps: float, fallback: float) -> tuple[float, bool]:
+    """(bound on e, degenerate floor)."""
+    if f is None or not f > 0.0:
+        return fallback, True
+    return k * f + eps, False
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
+    """Decide a trajectory from its measurements (the case's ``trajectory`` object).
+
+    Returns ``{"status", "reason", "first_failure", "worst", "steps_passed", "steps_total"}`` and
+    fills each step's ``bound``, ``ratio``, ``degenerate`` and ``passed``.
+    """
+    k, eps = float(measures["k"]), float(measures["eps"])
+    fallback = float(measures.get("fallback_tolerance") or 0.0)
+    failures: list[str] = []
+    first: dict[str, Any] | None = None
+    schedule = measures.get("schedule") or {}
+    if schedule.get("stopped"):
+        failures.append(f"schedule mismatch, stopped at step 0: {schedule.get('reason')}")
+        first = {"step": 0, "streams": [], "check": "schedule"}
+    worst = None
+    passed_steps = 0
+    steps = measures.get("steps") or []
+    for step in steps:
+        e, f, chain = _num(step.get("e")), _num(step.get("f")), _num(step.get("chain"))
+        bound, degenerate = step_bound(f, k=k, eps=eps, fallback=fallback)
+        step["bound"], step["degenerate"] = bound, degenerate
+        step["ratio"] = None if e is None else (e / f if f else (math.inf if e > 0 else 0.0))
+        checks = []
+        if e is None or not e <= bound:
+            checks.append("e")
+        if chain is not None and not chain <= float(step.get("chain_bound", math.inf)):
+            checks.append("chain")
+        step["passed"] = not checks
+        if checks:
+            step["failed"] = checks
+        else:
+            passed_steps += 1
+            step.pop("failed", None)
+        if step["ratio"] is not None and (worst is None or step["ratio"] > worst["ratio"]):
+            worst = {"ratio": step["ratio"], "step": step["index"], "stream": step["stream"]}
+        if checks and (first is None or (first["check"] != "schedule" and step["index"] < first["step"])):
+            first = {"step": step["index"], "streams": [step["stream"]], "check": "+".join(checks)}
+        elif checks and first is not None and step["index"] == first["step"] and step["stream"] not in first["streams"]:
+            first["streams"].append(step["stream"])
+            if "+".join(checks) not in first["check"].split(","):
+                first["check"] += "," + "+".join(checks)
+    for stream, check in sorted((measures.get("noise") or {}).items()):
+        if isinstance(check, Mapping) and check.get("equal") is False:
+            failures.append(f"initial noise of stream {stream!r} is not the recipe's for seed {measures.get('seed')} "
+                            f"(relative difference {check.get('rel'):.3g})")
+    for item in measures.get("continuity") or []:
+        if not item.get("equal"):
+            failures.append(f"continuity broken at step {item['step']} of stream {item['stream']!r}: {item['what']} "
+                            f"(relative difference {item.get('rel')})")
+    decode = measures.get("decode")
+    if isinstance(decode, Mapping) and decode.get("error"):
+        failures.append(f"decode check: {decode['error']}")
+    elif isinstance(decode, Mapping) and decode.get("passed") is False:
+        failures.append(f"decode check: {decode.get('reason')}")
+    bad = [s for s in steps if not s.get("passed")]
+    if bad:
+        s0 = first or {}
+        worst_bad = max(bad, key=lambda s: (s.get("ratio") or 0.0))
+        failures.insert(0, f"{len(bad)} of {len(steps)} step(s) outside the floor; first at step {s0.get('step')} "
+                           f"({', '.join(s0.get('streams') or [])}: {s0.get('check')}); worst e/f "
+                           f"{_fmt(worst_bad.get('ratio'))} at step {worst_bad['index']} ({worst_bad['stream']})")
+    return {"status": "failed" if failures else "passed", "reason": "; ".join(failures) or None,
+            "first_failure": first, "worst": worst, "steps_passed": passed_steps, "steps_total": len(steps)}
+
+
+def _fmt(value: Any) -> str:
+    return "inf" if value == math.inf else (f"{value:.3g}" if isinstance(value, (int, float)) else str(value))
+
+
+def recheck(case: Mapping[str, Any]) -> list[str]:
+    """Why a trajectory case's "passed" cannot be trusted (empty: a trustworthy pass).
+
+    Recomputes the verdict from the recorded measurements, and refuses bounds looser than the
+    defaults (k, eps, PSNR and SNR thresholds, chain bounds).
+    """
+    problems: list[str] = []
+    measures = case.get("trajectory")
+    if not isinstance(measures, Mapping):
+        return ["no trajectory measurements recorded"]
+    if case.get("status") != "passed":
+        return [f"status is {case.get('status')!r}, not 'passed'"]
+    try:
+        k, eps = float(measures["k"]), float(measures["eps"])
+    except (KeyError, TypeError, ValueError):
+        return ["k and eps are not recorded"]
+    if k > DEFAULT_K or eps > DEFAULT_EPS:
+        problems.append(f"floor bound looser than the default (k {k} > {DEFAULT_K} or eps {eps} > {DEFAULT_EPS})")
+    for step in measures.get("steps") or []:
+        if _num(step.get("chain_bound")) is None or step["chain_bound"] > chain_bound(str(step.get("dtype"))):
+            problems.append(f"step {step.get('index')} ({step.get('stream')}): chain bound missing or looser than "
+                            "the default")
+    decode = measures.get("decode")
+    if isinstance(decode, Mapping) and decode.get("psnr_mean_db") is not None:
+        limits = decode.get("thresholds") or {}
+        if (limits.get("psnr_mean_db") or 0) < PSNR_MEAN_DB or (limits.get("psnr_worst_db") or 0) < PSNR_WORST_DB:
+            problems.append("decode check thresholds looser than the defaults")
+    copy = {key: value for key, value in measures.items()}
+    copy["steps"] = [dict(s) for s in measures.get("steps") or []]
+    verdict = decide(copy)
+    if verdict["status"] != "passed":
+        problems.append(f"the recorded measurements fail: {verdict['reason']}")
+    return problems
+
+
+__all__ = ["AUDIO_SNR_DB", "CHAIN_ULPS", "DEFAULT_EPS", "DEFAULT_K", "PSNR_CAP_DB", "PSNR_MEAN_DB", "PSNR_WORST_DB",
+           "chain_bound", "decide", "recheck", "step_bound"]

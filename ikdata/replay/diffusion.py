@@ -1,0 +1,487 @@
+"""Step replay of diffusion trajectories: every captured step judged against the reference's own floor.
+
+For every trajectory of a dataset (:mod:`ikdata.core.trajectories`) and every captured step and
+stream, the reference denoiser runs on the trajectory's ``x`` (not on the reference's own previous
+step) with the step's captured conditioning (its denoiser workload), once with the reference
+attention and once with another exact attention (:mod:`ikdata.replay.floor`). Measured per step and
+stream: ``e`` = ‖out_engine − out_ref‖/‖out_ref‖ (L2, float64), the cosine, the floor ``f`` =
+‖out_alt − out_ref‖/‖out_ref‖, and the chain error ‖x_next_engine − update(x_engine, out_engine)‖ /
+‖x_next_engine‖ with the reference scheduler. Per trajectory: continuity (x_next of step i is x of
+step i+1, the final latent the last x_next), the initial noise against the recipe for the recorded
+seed, the schedule (another step count or other sigmas stop the trajectory at step 0), and the
+decode check (:mod:`ikdata.replay.decode_check`) when a reference pipeline and a clip are named.
+
+One trajectory is one case of the replay report (``definition`` ``trajectory:<pipeline class>``,
+``uuid`` the trajectory id, measurements under ``trajectory``); the verdict is computed from the
+measurements by :mod:`ikdata.core.trajectory_verdicts`, the rule import re-checks with.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ikdata.core import noise as noise_mod
+from ikdata.core import trajectories as traj_mod
+from ikdata.core import trajectory_verdicts as rules
+from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.records import TensorRef
+from ikdata.core.store import digest_from_path
+from ikdata.replay import families, floor
+
+PREFIX = "trajectory:"
+DENOISER_TAG = "ikdata:needs-model"
+FALLBACK_TOLERANCE = 1e-5  # a degenerate floor: the shipped denoiser definitions' float32 closeness
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How trajectories are judged; recorded in every case."""
+
+    reference_attention: str = floor.DEFAULT_REFERENCE
+    alt_attention: str | None = floor.DEFAULT_ALT  # None: no floor (degenerate, fallback tolerance)
+    k: float = rules.DEFAULT_K
+    eps: float = rules.DEFAULT_EPS
+    pipeline: str | None = None  # "FILE.py:FUNC" or "module:FUNC": the reference pipeline (decode check)
+    clips: Mapping[str, str] = field(default_factory=dict)  # trajectory id prefix ("" = any) -> clip file
+    psnr_mean_db: float = rules.PSNR_MEAN_DB
+    psnr_worst_db: float = rules.PSNR_WORST_DB
+    audio_snr_db: float = rules.AUDIO_SNR_DB
+    seed: int | None = None  # the seed the reference expects (default: the one the trajectory records)
+
+    def check(self) -> "Settings":
+        """Raises UsageError on an unknown attention name or a negative bound."""
+        try:
+            floor.check_name(self.reference_attention)
+            if self.alt_attention is not None:
+                floor.check_name(self.alt_attention)
+        except ValueError as exc:
+            raise UsageError(f"--attention: {exc}") from None
+        if self.alt_attention == self.reference_attention:
+            raise UsageError(f"--floor-attention {self.alt_attention}: the floor needs another implementation than "
+                             "the reference's")
+        if self.k < 0 or self.eps < 0:
+            raise UsageError("--floor-k and --floor-eps must be >= 0")
+        return self
+
+    def clip_for(self, trajectory_id: str) -> str | None:
+        hits = [p for prefix, p in self.clips.items() if prefix and trajectory_id.startswith(prefix)]
+        return hits[0] if hits else self.clips.get("")
+
+
+def is_trajectory_case(case: Mapping[str, Any]) -> bool:
+    return str(case.get("definition", "")).startswith(PREFIX)
+
+
+def is_denoiser(definition: Any) -> bool:
+    """Denoiser workloads are judged per step by their trajectory (they need the model and the floor)."""
+    record = getattr(definition, "record", None) or {}
+    return DENOISER_TAG in (record.get("tags") or ())
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ in float64; 0 when both are zero."""
+    a, b = a.double(), b.double()
+    nb, d = float(b.norm()), float((a - b).norm())
+    return d / nb if nb else (0.0 if d == 0 else math.inf)
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    a, b = a.double().flatten(), b.double().flatten()
+    n = float(a.norm() * b.norm())
+    return float((a * b).sum()) / n if n else None
+
+
+# -- the reference pipeline (decode check): code the user names, so it runs only when named ----------------
+
+
+def load_pipeline(spec: str) -> Any:
+    """Call ``FILE.py:FUNC`` or ``module:FUNC`` (no arguments) and return the pipeline it builds.
+
+    Raises:
+        UsageError: a malformed spec, a missing file, module or function.
+    """
+    target, _, func = spec.rpartition(":")
+    if not target or not func:
+        raise UsageError(f"--pipeline {spec!r}: expected FILE.py:FUNCTION or module:FUNCTION")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise UsageError(f"--pipeline {spec!r}: no such file {path}")
+        module_spec = importlib.util.spec_from_file_location(f"ikdata_pipeline_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise UsageError(f"--pipeline {spec!r}: cannot import {target} ({exc})") from None
+    builder = getattr(module, func, None)
+    if not callable(builder):
+        raise UsageError(f"--pipeline {spec!r}: {target} has no function {func}")
+    return builder()
+
+
+# -- one trajectory ------------------------------------------------------------------------------------------
+
+
+class _Context:
+    """What judging one dataset's trajectories shares: the run (blobs, trust), rows, settings, pipeline."""
+
+    def __init__(self, run: Any, settings: Settings) -> None:
+        self.run = run
+        self.settings = settings
+        self.rows = {row.uuid: row for row in run.ds.workloads()}
+        self._pipeline: Any = None
+        self.pipeline_error: str | None = None
+
+    def tensor(self, ref: Mapping[str, Any] | TensorRef, where: str) -> torch.Tensor:
+        from ikdata.replay.runner import _load_tensor
+
+        if not isinstance(ref, TensorRef):
+            ref = TensorRef(ref["path"], ref.get("tensor_key", "tensor"))
+        return _load_tensor(self.run, ref, where)[0]
+
+    def pipeline(self) -> Any:
+        if self._pipeline is None and self.pipeline_error is None and self.settings.pipeline:
+            try:
+                self._pipeline = load_pipeline(self.settings.pipeline)
+            except UsageError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's code: its failure is the decode check's error
+                self.pipeline_error = f"--pipeline {self.settings.pipeline} raised {type(exc).__name__}: {exc}"
+        return self._pipeline
+
+
+def _model(ctx: _Context, record: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"record", "state_dict"}`` of the trajectory's denoiser: the stored tensors (verified), or the
+    reference pipeline's denoiser when its weights have the recorded digest."""
+    from ikdata.core import models
+
+    summary = record.get("model")
+    if not summary:
+        raise RecordError("the trajectory names no denoiser model; it cannot be replayed step by step",
+                          path=traj_mod.TRAJECTORIES_DIR)
+    model = models.read_record(ctx.run.ds.root, summary["record"])
+    if model.stored:
+        state = {n: ctx.tensor(TensorRef(p), model.source) for n, p in model.blob_paths().items()}
+        return {"record": dict(model.record), "state_dict": state}
+    pipe = ctx.pipeline()
+    module = getattr(pipe, summary.get("component") or "transformer", None) if pipe is not None else None
+    if module is None:
+        raise RecordError(f"model {model.digest[:12]} is not stored in the dataset; name the reference pipeline "
+                          "that holds it with --pipeline FILE.py:FUNCTION", path=model.source)
+    from ikdata.core.store import raw_tensor
+
+    state = dict(module.state_dict())
+    digest = models.model_digest({n: raw_tensor(t).digest for n, t in state.items()})
+    if digest != model.digest:
+        raise RecordError(f"the --pipeline denoiser has weights {digest[:12]}, the trajectory's are "
+                          f"{model.digest[:12]}: other weights, refused", path=model.source)
+    return {"record": dict(model.record), "state_dict": state}
+
+
+def judge(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
+    """The report case of one trajectory (errors recorded in the case, never raised)."""
+    started = time.perf_counter()
+    record = traj.record
+    run = ctx.run
+    case: dict[str, Any] = {"definition": PREFIX + record["pipeline"]["class"], "uuid": traj.id, "axes": {},
+                            "device": run.device, "torch": run.torch_version}
+    try:
+        measures = _measure(ctx, traj)
+    except Exception as exc:  # noqa: BLE001 - one trajectory's failure is its case, replay goes on
+        case.update(status="error", reason=f"{traj.source}:{traj.line}: {type(exc).__name__}: {exc}",
+                    error=traceback.format_exc(), seconds=time.perf_counter() - started)
+        return case
+    verdict = rules.decide(measures)
+    measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"],
+                    steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])
+    case.update(status=verdict["status"], trajectory=measures, seconds=time.perf_counter() - started)
+    if verdict["reason"]:
+        case["reason"] = verdict["reason"]
+    return case
+
+
+def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
+    settings, record, where = ctx.settings, traj.record, f"{traj.source}:{traj.line}"
+    streams = list(record["streams"])
+    model_summary = record.get("model") or {}
+    measures: dict[str, Any] = {
+        "trajectory": traj.id, "source": where, "pipeline": record["pipeline"]["class"],
+        "scheduler": record["scheduler"]["class"], "streams": streams,
+        "seed": settings.seed if settings.seed is not None else record["noise"].get("seed"),
+        "recorded_seed": record["noise"].get("seed"),
+        "model": model_summary.get("digest"), "attention": {"reference": settings.reference_attention,
+                                                             "alt": settings.alt_attention},
+        "k": settings.k, "eps": settings.eps, "fallback_tolerance": FALLBACK_TOLERANCE,
+        "steps": [], "continuity": [], "noise": {}, "schedule": {}, "decode": None, "level": None, "notes": []}
+    measures["continuity"] = _continuity(ctx, traj)
+    measures["noise"] = _noise(ctx, traj)
+    expected = int(record["request"]["steps"])
+    first_x = next((s for s in record["steps"] if s["stream"] == streams[0]), None)
+    seq_len = first_x["x"]["shape"][1] if first_x and len(first_x["x"].get("shape") or []) == 3 else None
+    sched = families.reference_schedule(record["scheduler"]["class"], dict(record["scheduler"]["config"]),
+                                        int(record["request"].get("num_inference_steps") or expected), seq_len)
+    reference = families.schedule_values(sched, len(sched.timesteps))
+    measures["schedule"] = _schedule_check(record, reference, expected)
+    if measures["schedule"]["stopped"]:
+        return measures
+    model_class = (model_summary.get("class") or "")
+    io = families.STREAMS.get(model_class)
+    if io is None:
+        raise RecordError(f"replay does not know the streams of denoiser {model_class!r}; known: "
+                          f"{', '.join(families.STREAMS)}", path=where)
+    model = _model(ctx, record)
+    steps_by_index: dict[int, dict[str, dict]] = {}
+    for step in record["steps"]:
+        steps_by_index.setdefault(step["index"], {})[step["stream"]] = step
+    for index in sorted(steps_by_index):
+        measures["steps"] += _step(ctx, traj, index, steps_by_index[index], io, model, sched, reference, measures)
+    return measures
+
+
+def _schedule_check(record: dict, reference: list, expected: int) -> dict[str, Any]:
+    ref_sigmas = [r[0] for r in reference]
+    found = {"reference_steps": len(reference), "steps": expected, "reference_sigmas": ref_sigmas,
+             "stopped": False, "reason": None}
+    if len(reference) != expected:
+        found.update(stopped=True, reason=f"the trajectory took {expected} steps, the reference schedule has "
+                                          f"{len(reference)}")
+        return found
+    for step in record["steps"]:
+        i = step["index"]
+        sigma, sigma_next, timestep = reference[i]
+        for name, want in (("sigma", sigma), ("sigma_next", sigma_next), ("timestep", timestep)):
+            got = step.get(name)
+            if got is None or want is None:
+                continue
+            if not math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-7):
+                found.update(stopped=True, reason=f"step {i} ({step['stream']}): {name} {got!r}, the reference "
+                                                  f"schedule's is {want!r}")
+                return found
+    return found
+
+
+def _continuity(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
+    """x_next of step i against x of step i+1, and the final latent against the last x_next, per stream."""
+    record, found = traj.record, []
+    where = f"{traj.source}:{traj.line}"
+    for stream in record["streams"]:
+        steps = traj.steps_of(stream)
+        pairs = [(s, n, "x_next vs the next step's x", n["x"]) for s, n in zip(steps, steps[1:])
+                 if n["index"] == s["index"] + 1]
+        final = record["final"].get(stream)
+        if final is not None and steps:
+            pairs.append((steps[-1], None, "the final latent vs the last x_next", final))
+        for step, _, what, other in pairs:
+            equal = digest_from_path(step["x_next"]["path"]) == digest_from_path(other["path"])
+            item = {"stream": stream, "step": step["index"], "what": what, "equal": equal, "rel": 0.0 if equal else None}
+            if not equal:
+                a, b = ctx.tensor(step["x_next"], where), ctx.tensor(other, where)
+                item["rel"] = _rel(b, a) if a.shape == b.shape else math.inf
+            found.append(item)
+    return found
+
+
+def _noise(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
+    """Each stream's first x against the recipe's noise for the recorded seed, compared as a multiset of
+    values (the pipeline may pack the latents into another layout)."""
+    record = traj.record
+    noise, where = record["noise"], f"{traj.source}:{traj.line}"
+    seed = ctx.settings.seed if ctx.settings.seed is not None else noise.get("seed")
+    shapes = {s["name"]: s["shape"] for s in noise.get("streams") or []}
+    found: dict[str, Any] = {}
+    if seed is None or not shapes:
+        return {s: {"equal": None, "note": "no seed or noise shapes recorded"} for s in record["streams"]}
+    drawn = noise_mod.draw(int(seed), [noise_mod.Stream(n, tuple(shape)) for n, shape in shapes.items()])
+    for stream in record["streams"]:
+        first = traj.steps_of(stream)[:1]
+        if not first or first[0]["index"] != 0 or stream not in drawn:
+            found[stream] = {"equal": None, "note": "step 0 not captured, or no recipe shape for the stream"}
+            continue
+        x = ctx.tensor(first[0]["x"], where).float().flatten().sort().values
+        want = drawn[stream].flatten().sort().values
+        if x.numel() != want.numel():
+            found[stream] = {"equal": False, "rel": math.inf, "method": "sorted values"}
+            continue
+        equal = bool(torch.equal(x, want))
+        found[stream] = {"equal": equal, "rel": 0.0 if equal else _rel(x, want), "method": "sorted values"}
+    return found
+
+
+def _conditioning(ctx: _Context, step: dict, where: str) -> tuple[Any, dict, dict]:
+    """(definition, inputs, engine raw outputs) of a step's first denoiser workload."""
+    uuids = (step.get("workloads") or {}).get("denoiser") or []
+    if not uuids:
+        why = (step.get("skipped") or {}).get("denoiser", "the step names no denoiser workload")
+        raise RecordError(f"step {step['index']}: no denoiser workload to replay ({why})", path=where)
+    row = ctx.rows.get(uuids[0])
+    receipt = ctx.run.receipts.get(uuids[0])
+    if row is None or receipt is None:
+        raise RecordError(f"step {step['index']}: denoiser workload {uuids[0]} has no row or receipt", path=where)
+    definition = ctx.run.ds.definitions.get(row.definition)
+    if definition is None:
+        raise RecordError(f"step {step['index']}: no definition {row.definition!r}", path=where)
+    from ikdata.replay.runner import _load_all
+
+    inputs, _ = _load_all(ctx.run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+    outputs, _ = _load_all(ctx.run, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}")
+    return definition, inputs, outputs
+
+
+def _forward(ctx: _Context, definition: Any, inputs: dict, model: dict, attention: str) -> dict[str, torch.Tensor]:
+    from ikdata.replay.runner import _name_outputs, _reference
+
+    reference = _reference(ctx.run, definition, None)
+    if reference is None:
+        raise RecordError(f"the denoiser definition {definition.name} is not trusted; trust it to replay steps",
+                          path=f"definitions/{definition.op_type}/{definition.name}.json")
+    with floor.attention(attention), torch.inference_mode():
+        returned = reference(*[inputs[n] for n in definition.inputs], model=model)
+    return _name_outputs(definition, returned)
+
+
+def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[str, dict], io: dict, model: dict,
+          sched: Any, reference: list, measures: dict) -> list[dict[str, Any]]:
+    settings, where = ctx.settings, f"{traj.source}:{traj.line}"
+    main = next(s for s in traj.record["streams"] if s in by_stream)
+    definition, inputs, engine_raw = _conditioning(ctx, by_stream[main], where)
+    xs = {s: ctx.tensor(st["x"], where) for s, st in by_stream.items()}
+    streams = [s for s in by_stream if s in io]
+    for stream in streams:  # every step starts from the trajectory's x, in the forward's batch and dtype
+        name = io[stream][0]
+        captured = inputs[name]
+        ratio = captured.shape[0] // max(xs[stream].shape[0], 1)
+        rebuilt = torch.cat([xs[stream]] * ratio).to(captured.dtype) if ratio >= 1 else xs[stream]
+        if rebuilt.shape != captured.shape:
+            raise RecordError(f"step {index} ({stream}): the trajectory's x {tuple(xs[stream].shape)} does not fit the "
+                              f"denoiser input {name} {tuple(captured.shape)}", path=where)
+        if not torch.equal(rebuilt, captured):
+            measures["notes"].append(f"step {index} ({stream}): the denoiser was not fed the step's x (its {name} "
+                                     "differs); replay uses the step's x")
+        inputs = {**inputs, name: rebuilt}
+    raw_ref = _forward(ctx, definition, inputs, model, settings.reference_attention)
+    raw_alt = _forward(ctx, definition, inputs, model, settings.alt_attention) if settings.alt_attention else None
+    sigma_ref = reference[index][0]
+    request, pipeline_class = traj.record["request"], traj.record["pipeline"]["class"]
+    rows = []
+    for stream in streams:
+        step = by_stream[stream]
+        x, out_eng = xs[stream], ctx.tensor(step["out"], where)
+        x_next = ctx.tensor(step["x_next"], where)
+        out_name = io[stream][1]
+        ratio = engine_raw[out_name].shape[0] // max(x.shape[0], 1)
+        sigma = torch.tensor(sigma_ref if sigma_ref is not None else 1.0, dtype=torch.float32)
+        combination = _combination(engine_raw[out_name], out_eng, x, sigma,
+                                   families.guidance(request, pipeline_class, stream), ratio)
+        if combination is not None:
+            level = "step output"
+            ref = combination.apply(raw_ref[out_name], x, sigma)
+            alt = combination.apply(raw_alt[out_name], x, sigma) if raw_alt is not None else None
+            eng = out_eng
+        else:  # the guidance is not one replay reproduces: judge the raw forward outputs
+            level = "denoiser output"
+            ref, alt, eng = raw_ref[out_name], (raw_alt[out_name] if raw_alt is not None else None), engine_raw[out_name]
+        measures["level"] = measures["level"] or level
+        if measures["level"] != level and "mixed levels" not in measures["notes"]:
+            measures["notes"].append("mixed levels")
+        chain_ref = families.update(sched, index, out_eng, x)
+        rows.append({"index": index, "stream": stream, "dtype": str(x.dtype), "level": level,
+                     "combination": combination.name if combination else None,
+                     "e": _rel(eng, ref), "cos": _cos(eng, ref), "f": _rel(alt, ref) if alt is not None else None,
+                     "chain": _rel(x_next, chain_ref) if x_next.shape == chain_ref.shape else math.inf,
+                     "chain_bound": rules.chain_bound(str(x.dtype)), "norm_ref": float(ref.double().norm()),
+                     "sigma": step.get("sigma"), "sigma_ref": sigma_ref})
+    return rows
+
+
+def _combination(raw: torch.Tensor, out: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor,
+                 guidance: dict[str, Any], ratio: int) -> families.Combination | None:
+    """The guidance combination that turns the engine's raw output into the engine's step output (the
+    pipeline's own, checked on the engine's numbers), or None."""
+    for candidate in families.combinations(guidance, ratio):
+        try:
+            got = candidate.apply(raw, x.float(), sigma)
+        except RuntimeError:
+            continue
+        if got.shape == out.shape and _rel(got.to(out.dtype), out) <= 1e-6:
+            return candidate
+    return None
+
+
+# -- the runner's post-pass ----------------------------------------------------------------------------------
+
+
+def judge_all(run: Any, *, shard: Any = None, settings: Settings | None = None,
+              progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Judge every trajectory of ``run.ds`` not already in the report (resume), in this shard; add each
+    case to the report as it is decided. Returns the new cases."""
+    settings = (settings or Settings()).check()
+    found = traj_mod.read_all(run.ds.root)
+    trajectories = [t for t in found.trajectories if shard is None or shard.contains(t.id)]
+    todo = [t for t in trajectories if t.id not in run.out.by_uuid]
+    if not todo:
+        return []
+    ctx = _Context(run, settings)
+    cases = []
+    for traj in todo:
+        case = judge(ctx, traj)
+        case = _decode(ctx, traj, case)
+        run.out.add(case)
+        cases.append(case)
+        if progress:
+            progress(case)
+    return cases
+
+
+def _decode(ctx: _Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> dict[str, Any]:
+    """Add the decode check to a judged case (when a reference pipeline and a clip are named) and decide again."""
+    measures = case.get("trajectory")
+    if not isinstance(measures, dict):
+        return case
+    settings, record = ctx.settings, traj.record
+    clip = settings.clip_for(traj.id)
+    if not settings.pipeline or not clip:
+        measures["decode"] = {"skipped": "name the reference pipeline (--pipeline FILE.py:FUNCTION) and the engine's "
+                                         "clip (--clip [TRAJECTORY=]FILE) to check the decoded video"}
+        return case
+    from ikdata.replay import decode_check
+
+    started = time.perf_counter()
+    where = f"{traj.source}:{traj.line}"
+    try:
+        pipe = ctx.pipeline()
+        if pipe is None:
+            raise RecordError(ctx.pipeline_error or "no reference pipeline", path=settings.pipeline)
+        finals = {s: ctx.tensor(ref, where) for s, ref in record["final"].items()}
+        scalars = {}
+        last = [s for s in record["steps"] if s["stream"] == record["streams"][0]][-1:]
+        if last:
+            _, inputs, _ = _conditioning(ctx, last[0], where)
+            scalars = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
+        reference = families.decode(pipe, finals, scalars)
+        measures["decode"] = decode_check.check(reference, clip, psnr_mean_db=settings.psnr_mean_db,
+                                                psnr_worst_db=settings.psnr_worst_db,
+                                                audio_snr_db=settings.audio_snr_db)
+    except Exception as exc:  # noqa: BLE001 - recorded as the decode check's error
+        measures["decode"] = {"clip": clip, "error": str(exc) if isinstance(exc, RecordError)
+                              else f"{type(exc).__name__}: {exc}"}
+    measures["decode"]["seconds"] = time.perf_counter() - started
+    verdict = rules.decide(measures)
+    case.update(status=verdict["status"], seconds=case.get("seconds", 0.0) + measures["decode"]["seconds"])
+    case.pop("reason", None)
+    if verdict["reason"]:
+        case["reason"] = verdict["reason"]
+    return case
+
+
+__all__ = ["PREFIX", "Settings", "is_denoiser", "is_trajectory_case", "judge", "judge_all", "load_pipeline"]

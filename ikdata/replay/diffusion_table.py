@@ -1,0 +1,63 @@
+"""The terminal summary of judged trajectories: steps passed, worst e/f and where, PSNR mean/worst (no torch)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+PREFIX = "trajectory:"
+COLUMNS = ("trajectory", "pipeline", "status", "steps ok", "worst e/f", "at", "PSNR dB")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}g}" if isinstance(value, (int, float)) else str(value)
+
+
+def rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """One row per trajectory case of a report."""
+    found = []
+    for case in report.get("cases") or []:
+        if not str(case.get("definition", "")).startswith(PREFIX):
+            continue
+        m = case.get("trajectory") or {}
+        worst = m.get("worst") or {}
+        first = m.get("first_failure") or {}
+        decode = m.get("decode") or {}
+        if decode.get("psnr_mean_db") is not None:
+            psnr = f"{decode['psnr_mean_db']:.1f}/{decode['psnr_worst_db']:.1f}"
+        elif decode.get("error"):
+            psnr = "error"
+        else:
+            psnr = "-"
+        steps = f"{m.get('steps_passed', 0)}/{m.get('steps_total', 0)}" if m else "-"
+        at = f"{worst.get('step')} {worst.get('stream')}" if worst else "-"
+        if first and case.get("status") != "passed":
+            at = f"{at}; 1st {first.get('step')} {','.join(first.get('streams') or [])}"
+        found.append([str(case.get("uuid", ""))[:12], str(case.get("definition", ""))[len(PREFIX):][:14],
+                      str(case.get("status")), steps, _fmt(worst.get("ratio")) if worst else "-", at, psnr])
+    return found
+
+
+def notes(report: Mapping[str, Any]) -> list[str]:
+    """The reasons of trajectories that did not pass, and degenerate floors."""
+    lines = []
+    for case in report.get("cases") or []:
+        if not str(case.get("definition", "")).startswith(PREFIX):
+            continue
+        m = case.get("trajectory") or {}
+        if case.get("status") != "passed" and case.get("reason"):
+            lines.append(f"{str(case['uuid'])[:12]}: {case['reason']}")
+        if any(s.get("degenerate") for s in m.get("steps") or []):
+            lines.append(f"{str(case['uuid'])[:12]}: the floor is degenerate (f = 0) at some steps: judged by the "
+                         f"definition's tolerance {m.get('fallback_tolerance')} there")
+        if m:
+            lines.append(f"{str(case['uuid'])[:12]}: floor {m['attention'].get('reference')} vs "
+                         f"{m['attention'].get('alt')}, pass when e <= {m['k']:g}*f + {m['eps']:g}")
+    return lines
+
+
+__all__ = ["COLUMNS", "notes", "rows"]

@@ -1,0 +1,178 @@
+"""What step replay must know of a pipeline family: streams, guidance, schedule, decoding.
+
+A trajectory step stores the latent ``x`` a step started from and the ``out`` the scheduler consumed;
+the denoiser workload of the step stores the forward call's conditioning and raw outputs. To rerun
+the reference on the trajectory's ``x``, replay must know which forward input and output belong to
+which latent stream (:data:`STREAMS`), how the pipeline turns raw outputs into the step's ``out``
+(:func:`combinations`: classifier-free guidance in the plain form or in LTX-2's x0 form, or none),
+how the reference scheduler builds its schedule (:func:`reference_schedule`), and how the final
+latents become frames (:func:`decode`, needs the reference pipeline's VAE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+# denoiser class -> stream -> (forward input holding the stream's latents, forward output of that stream)
+STREAMS: dict[str, dict[str, tuple[str, str]]] = {
+    "LTX2VideoTransformer3DModel": {"video": ("hidden_states", "out"), "audio": ("audio_hidden_states", "audio_out")},
+    "LTXVideoTransformer3DModel": {"video": ("hidden_states", "out")},
+    "UNet2DModel": {"image": ("sample", "out"), "video": ("sample", "out")},
+}
+
+
+@dataclass(frozen=True)
+class Combination:
+    """How a pipeline turns the denoiser's raw output (CFG batch included) into the step's ``out``."""
+
+    name: str
+    apply: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (raw, x, sigma) -> out
+
+
+def guidance(request: dict, pipeline_class: str, stream: str) -> dict[str, float]:
+    """The guidance settings of one stream: scale and rescale, from the request, else the pipeline's defaults
+    (LTX-2's audio stream has its own, falling back to the video's)."""
+    defaults: dict[str, Any] = {}
+    try:
+        import inspect
+
+        import diffusers
+
+        signature = inspect.signature(getattr(diffusers, pipeline_class).__call__)
+        defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
+    except (AttributeError, TypeError, ValueError, ImportError):
+        pass
+
+    def value(name: str) -> Any:
+        found = request.get(name)
+        return found if found is not None else defaults.get(name)
+
+    scale, rescale = value("guidance_scale"), value("guidance_rescale") or 0.0
+    if stream == "audio" and "audio_guidance_scale" in (set(request) | set(defaults)):
+        scale = value("audio_guidance_scale") or scale
+        rescale = value("audio_guidance_rescale") or rescale
+    return {"scale": float(scale) if scale is not None else None, "rescale": float(rescale)}
+
+
+def _rescale(guided: torch.Tensor, cond: torch.Tensor, factor: float) -> torch.Tensor:
+    """Diffusers' rescale_noise_cfg: match the guided prediction's std to the conditional one's, mixed by factor."""
+    if not factor:
+        return guided
+    dims = list(range(1, guided.ndim))
+    rescaled = guided * (cond.std(dim=dims, keepdim=True) / guided.std(dim=dims, keepdim=True))
+    return factor * rescaled + (1 - factor) * guided
+
+
+def combinations(settings: dict[str, Any], batch_ratio: int) -> list[Combination]:
+    """The candidate combinations for a forward batch ``batch_ratio`` times the latent's batch, with the
+    stream's guidance ``settings`` (:func:`guidance`)."""
+    if batch_ratio == 1:
+        return [Combination("none", lambda raw, x, sigma: raw)]
+    if batch_ratio != 2 or settings.get("scale") is None:
+        return []
+    g, r = float(settings["scale"]), float(settings.get("rescale") or 0.0)
+
+    def plain(raw: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        uncond, cond = raw.float().chunk(2)  # LTX, SD-style: on the velocity / noise prediction
+        return _rescale(uncond + g * (cond - uncond), cond, r)
+
+    def x0_form(raw: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        uncond, cond = raw.float().chunk(2)  # LTX-2: on the x0 prediction, in delta form, rescaled there
+        cond_x0, uncond_x0 = x - cond * sigma, x - uncond * sigma
+        guided = cond_x0 + (g - 1) * (cond_x0 - uncond_x0)
+        return (x - _rescale(guided, cond_x0, r)) / sigma
+
+    return [Combination("cfg-x0", x0_form), Combination("cfg", plain)]
+
+
+def reference_schedule(scheduler_class: str, config: dict, steps: int, seq_len: int | None) -> Any:
+    """The reference scheduler, its timesteps set for ``steps`` as the pipeline sets them.
+
+    Flow-matching schedulers get ``sigmas = linspace(1, 1/N, N)`` and, with dynamic shifting, the
+    ``mu`` of the video latent's sequence length (LTX, LTX-2, Flux, SD3 pipelines); others
+    ``set_timesteps(N)``.
+    """
+    import diffusers
+    import numpy as np
+
+    cls = getattr(diffusers, scheduler_class)
+    sched = cls.from_config(config)
+    if "FlowMatch" in scheduler_class:
+        sigmas = np.linspace(1.0, 1.0 / steps, steps)
+        kwargs: dict[str, Any] = {"sigmas": sigmas}
+        if sched.config.get("use_dynamic_shifting") and seq_len is not None:
+            base_len, max_len = sched.config.get("base_image_seq_len", 1024), sched.config.get("max_image_seq_len", 4096)
+            base_shift, max_shift = sched.config.get("base_shift", 0.95), sched.config.get("max_shift", 2.05)
+            slope = (max_shift - base_shift) / (max_len - base_len)
+            kwargs["mu"] = seq_len * slope + (base_shift - slope * base_len)
+        sched.set_timesteps(**kwargs)
+    else:
+        sched.set_timesteps(steps)
+    if hasattr(sched, "set_begin_index"):
+        sched.set_begin_index(0)
+    return sched
+
+
+def schedule_values(sched: Any, steps: int) -> list[tuple[float | None, float | None, float]]:
+    """(sigma, sigma_next, timestep) per step of a reference scheduler."""
+    sigmas = getattr(sched, "sigmas", None)
+    values = []
+    for i in range(min(steps, len(sched.timesteps))):
+        if sigmas is not None and i + 1 < len(sigmas):
+            values.append((float(sigmas[i]), float(sigmas[i + 1]), float(sched.timesteps[i])))
+        else:
+            values.append((None, None, float(sched.timesteps[i])))
+    return values
+
+
+def update(sched: Any, index: int, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The reference scheduler's step ``index`` applied to (out, x): what x_next must be."""
+    import copy
+
+    step_sched = copy.copy(sched)
+    if hasattr(step_sched, "_step_index"):
+        step_sched._step_index = index
+    kwargs = {"eta": 0.0} if "DDIM" in type(sched).__name__ else {}
+    result = step_sched.step(out, sched.timesteps[index], x, return_dict=False, **kwargs)
+    return result[0]
+
+
+def decode(pipe: Any, finals: dict[str, torch.Tensor], scalars: dict[str, Any]) -> dict[str, Any]:
+    """The frames ([F, H, W, 3] floats in [0, 1]) and audio ([channels, samples]) the reference pipeline
+    decodes from the final latents, as numpy arrays.
+
+    Raises:
+        NotImplementedError: a pipeline whose decoding replay does not know.
+    """
+    import numpy as np
+
+    name = type(pipe).__name__
+    with torch.no_grad():
+        if name == "LTX2Pipeline":
+            frames, height, width = int(scalars["num_frames"]), int(scalars["height"]), int(scalars["width"])
+            latents = pipe._unpack_latents(finals["video"], frames, height, width, pipe.transformer_spatial_patch_size,
+                                           pipe.transformer_temporal_patch_size)
+            latents = pipe._denormalize_latents(latents, pipe.vae.latents_mean, pipe.vae.latents_std,
+                                                pipe.vae.config.scaling_factor).to(pipe.vae.dtype)
+            video = pipe.vae.decode(latents, None, return_dict=False)[0]
+            video = pipe.video_processor.postprocess_video(video, output_type="np")[0]
+            found: dict[str, Any] = {"video": np.asarray(video, dtype=np.float64)}
+            if "audio" in finals and getattr(pipe, "audio_vae", None) is not None:
+                audio = pipe._denormalize_audio_latents(finals["audio"], pipe.audio_vae.latents_mean,
+                                                        pipe.audio_vae.latents_std)
+                mel_bins = pipe.audio_vae.config.mel_bins // pipe.audio_vae_mel_compression_ratio
+                audio = pipe._unpack_audio_latents(audio, int(scalars["audio_num_frames"]), num_mel_bins=mel_bins)
+                mel = pipe.audio_vae.decode(audio.to(pipe.audio_vae.dtype), return_dict=False)[0]
+                found["audio"] = pipe.vocoder(mel)[0].float().numpy().astype(np.float64)
+                found["sample_rate"] = int(pipe.vocoder.config.output_sampling_rate)
+            return found
+        if name == "DDIMPipeline":
+            image = (finals["image"] / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float().numpy()
+            return {"video": np.asarray(image, dtype=np.float64)}
+    raise NotImplementedError(f"replay does not know how {name} decodes its latents")
+
+
+__all__ = ["Combination", "STREAMS", "combinations", "decode", "guidance", "reference_schedule", "schedule_values", "update"]

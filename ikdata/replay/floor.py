@@ -1,0 +1,91 @@
+"""Exact attention implementations that may be swapped in while a denoiser runs: the noise floor.
+
+Two exact attention kernels disagree by rounding alone, and a denoiser amplifies that over its
+layers. The floor ``f`` of a step is ‖out_alt − out_ref‖ / ‖out_ref‖ where ``out_ref`` comes from
+the reference attention and ``out_alt`` from another exact one, on the same inputs: how far the
+reference differs from itself. An engine's step passes when ``e ≤ k·f + ε``.
+
+Implementations (by name, recorded in the report):
+
+- ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` as PyTorch dispatches it
+  (flash / memory-efficient / math kernel, whichever it picks for the device and inputs);
+- ``math``: the same call restricted to PyTorch's math backend (``SDPBackend.MATH``);
+- ``eager``: a plain softmax(QKᵀ·scale + mask)·V written out in tensor ops, in the inputs' dtype.
+
+Swapping works by replacing ``torch.nn.functional.scaled_dot_product_attention`` for the duration
+of a ``with`` block: Diffusers' attention dispatch looks it up at every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+DEFAULT_REFERENCE = "sdpa"
+DEFAULT_ALT = "eager"
+_ORIGINAL = F.scaled_dot_product_attention
+
+
+def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                    enable_gqa: bool = False) -> torch.Tensor:
+    """softmax(Q Kᵀ · scale + mask) V, the textbook formula (no dropout: replay runs in eval mode)."""
+    if dropout_p:
+        raise ValueError("eager attention: dropout is not replayed (the denoiser must be in eval mode)")
+    heads_q, heads_k = query.shape[-3] if query.dim() >= 3 else 1, key.shape[-3] if key.dim() >= 3 else 1
+    if enable_gqa and heads_q != heads_k:
+        key = key.repeat_interleave(heads_q // heads_k, dim=-3)
+        value = value.repeat_interleave(heads_q // heads_k, dim=-3)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+    if is_causal:
+        length_q, length_k = query.shape[-2], key.shape[-2]
+        causal = torch.ones(length_q, length_k, dtype=torch.bool, device=query.device).tril(length_k - length_q)
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return torch.matmul(torch.softmax(scores, dim=-1), value)
+
+
+def _math(*args: Any, **kwargs: Any) -> torch.Tensor:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        return _ORIGINAL(*args, **kwargs)
+
+
+IMPLEMENTATIONS: dict[str, Callable[..., torch.Tensor]] = {"sdpa": _ORIGINAL, "math": _math, "eager": eager_attention}
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a known implementation.
+
+    Raises:
+        ValueError: naming the known ones.
+    """
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown attention implementation {name!r}; known: {', '.join(IMPLEMENTATIONS)}")
+    return name
+
+
+@contextlib.contextmanager
+def attention(name: str) -> Iterator[None]:
+    """Run the block with ``name`` as the process's scaled-dot-product attention."""
+    function = IMPLEMENTATIONS[check_name(name)]
+    previous = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = function
+    torch.nn.functional.scaled_dot_product_attention = function
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = previous
+
+
+__all__ = ["DEFAULT_ALT", "DEFAULT_REFERENCE", "IMPLEMENTATIONS", "attention", "check_name", "eager_attention"]
