@@ -32,8 +32,12 @@ def _trailing(h, d):
     return join(h, d + bytes(64 * 1024))
 
 
-def _junk_between(h, d):
+def _junk_in_header(h, d):
     return join(h.rstrip() + "junk", d)
+
+
+def _junk_between(h, d):  # bytes between the header and the tensor's data, offsets shifted past them
+    return join(h.replace('"data_offsets":[0,32]', '"data_offsets":[16,48]'), b"J" * 16 + d)
 
 
 def _overlap(h, d):
@@ -62,8 +66,8 @@ def _metadata_ok(h, d):  # safetensors accepts it, but an ikdata blob is canonic
     return join(json.dumps(doc), d)
 
 
-REFUSED_BY_SAFETENSORS = [_float_dim, _string_dim, _string_offsets, _trailing, _junk_between, _overlap,
-                          _metadata_not_strings]
+REFUSED_BY_SAFETENSORS = [_float_dim, _string_dim, _string_offsets, _trailing, _junk_in_header, _junk_between,
+                          _overlap, _metadata_not_strings]
 NOT_CANONICAL = [_flip_behind_empty_tensor, _metadata_ok]
 
 
