@@ -150,5 +150,65 @@ def recheck(case: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+
+
+# -- the denoiser workloads of a trajectory's steps: their cases follow from the trajectory's ----------------
+
+_SHARED = ("k", "eps", "fallback_tolerance", "attention", "level")
+
+
+def step_cases(trajectory_case: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cases of the denoiser workloads a judged trajectory names, decided from its step measurements.
+
+    Each holds the measurements of its step (every stream) under ``trajectory`` (with ``of``, the
+    trajectory id), and the digests of its row's inputs and receipt's outputs, so import re-checks
+    it like any case (:func:`recheck`).
+    """
+    measures = trajectory_case.get("trajectory") or {}
+    found = []
+    for workload in measures.get("workloads") or []:
+        case: dict[str, Any] = {key: workload[key] for key in ("definition", "uuid", "axes", "input_digests",
+                                                                "expected_digests", "reference_digest")
+                                if key in workload}
+        case.update(device=trajectory_case.get("device"), torch=trajectory_case.get("torch"), seconds=0.0)
+        case = {k: v for k, v in case.items() if v is not None}
+        if trajectory_case.get("status") == "error":
+            case.update(status="error", reason=f"its trajectory {trajectory_case['uuid'][:12]} could not be "
+                                               f"replayed: {trajectory_case.get('reason')}")
+            found.append(case)
+            continue
+        subset = {key: measures.get(key) for key in _SHARED}
+        subset.update(of=trajectory_case["uuid"], index=workload["index"],
+                      steps=[dict(s) for s in measures.get("steps") or [] if s.get("index") == workload["index"]])
+        if (measures.get("schedule") or {}).get("stopped"):
+            subset["schedule"] = measures["schedule"]
+        verdict = decide(subset)
+        case.update(status=verdict["status"], trajectory=subset)
+        if verdict["reason"]:
+            case["reason"] = f"step {workload['index']} of trajectory {trajectory_case['uuid'][:12]}: {verdict['reason']}"
+        found.append(case)
+    return found
+
+
+def regroup(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replace the cases of denoiser workloads by the ones their (judged) trajectory cases decide, in place
+    (a whole run, or shards combined). Returns the cases that changed."""
+    by_uuid = {c.get("uuid"): i for i, c in enumerate(report.get("cases") or [])}
+    changed = []
+    for case in list(report.get("cases") or []):
+        if not str(case.get("definition", "")).startswith("trajectory:"):
+            continue
+        for step_case in step_cases(case):
+            at = by_uuid.get(step_case["uuid"])
+            if at is None:
+                continue  # another shard's workload
+            if report["cases"][at].get("definition") != step_case.get("definition"):
+                continue
+            if report["cases"][at] != step_case:
+                report["cases"][at] = step_case
+                changed.append(step_case)
+    return changed
+
+
 __all__ = ["AUDIO_SNR_DB", "CHAIN_ULPS", "DEFAULT_EPS", "DEFAULT_K", "PSNR_CAP_DB", "PSNR_MEAN_DB", "PSNR_WORST_DB",
-           "chain_bound", "decide", "recheck", "step_bound"]
+           "chain_bound", "decide", "recheck", "regroup", "step_bound", "step_cases"]

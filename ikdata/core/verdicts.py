@@ -92,6 +92,10 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
         >>> [c["uuid"] for c in report["cases"] if not recheck(c, report)]
     """
     reasons: list[str] = []
+    if isinstance(case.get("trajectory"), Mapping):  # a diffusion trajectory or one of its denoiser steps
+        from ikdata.core.trajectory_verdicts import recheck as recheck_trajectory
+
+        return recheck_trajectory(case)
     status = case.get("status")
     if status != "passed":
         reasons.append(f"status is {status!r}, not 'passed'")

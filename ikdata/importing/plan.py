@@ -143,6 +143,7 @@ def validation_record(case: dict, report: dict, *, report_name: str | None, repo
         "input_digests": case.get("input_digests"),
         "expected_digests": case.get("expected_digests"),
         "reference_digest": case.get("reference_digest"),
+        "trajectory": case.get("trajectory"),  # a denoiser step judged by its trajectory: its measurements
         "finished_at": report.get("finished_at"),
         "report": f"{report_name}@{report_digest}" if report_name else None,
     }

@@ -133,22 +133,31 @@ def load_pipeline(spec: str) -> Any:
 # -- one trajectory ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RunnerHooks:
+    """The replay runner's functions this judge uses (passed in: the runner imports this module, not back)."""
+
+    load_tensor: Callable[..., tuple[torch.Tensor, str]]  # (run, TensorRef, where) -> (tensor, digest), verified
+    load_all: Callable[..., tuple[dict, dict]]  # (run, specs, descriptors, where) -> (values, digests)
+    reference: Callable[..., Any]  # (run, definition, row) -> the trusted reference's run, or None if refused
+    name_outputs: Callable[..., dict]  # (definition, returned) -> {output name: value}
+
+
 class _Context:
     """What judging one dataset's trajectories shares: the run (blobs, trust), rows, settings, pipeline."""
 
-    def __init__(self, run: Any, settings: Settings) -> None:
+    def __init__(self, run: Any, settings: Settings, hooks: RunnerHooks) -> None:
         self.run = run
+        self.hooks = hooks
         self.settings = settings
         self.rows = {row.uuid: row for row in run.ds.workloads()}
         self._pipeline: Any = None
         self.pipeline_error: str | None = None
 
     def tensor(self, ref: Mapping[str, Any] | TensorRef, where: str) -> torch.Tensor:
-        from ikdata.replay.runner import _load_tensor
-
         if not isinstance(ref, TensorRef):
             ref = TensorRef(ref["path"], ref.get("tensor_key", "tensor"))
-        return _load_tensor(self.run, ref, where)[0]
+        return self.hooks.load_tensor(self.run, ref, where)[0]
 
     def pipeline(self) -> Any:
         if self._pipeline is None and self.pipeline_error is None and self.settings.pipeline:
@@ -196,12 +205,18 @@ def judge(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     run = ctx.run
     case: dict[str, Any] = {"definition": PREFIX + record["pipeline"]["class"], "uuid": traj.id, "axes": {},
                             "device": run.device, "torch": run.torch_version}
+    workloads = _workloads(ctx, traj)
     try:
         measures = _measure(ctx, traj)
     except Exception as exc:  # noqa: BLE001 - one trajectory's failure is its case, replay goes on
+        settings = ctx.settings
         case.update(status="error", reason=f"{traj.source}:{traj.line}: {type(exc).__name__}: {exc}",
-                    error=traceback.format_exc(), seconds=time.perf_counter() - started)
+                    error=traceback.format_exc(), seconds=time.perf_counter() - started,
+                    trajectory={"k": settings.k, "eps": settings.eps, "steps": [], "workloads": workloads,
+                                "attention": {"reference": settings.reference_attention,
+                                              "alt": settings.alt_attention}})
         return case
+    measures["workloads"] = workloads
     verdict = rules.decide(measures)
     measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"],
                     steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])
@@ -209,6 +224,24 @@ def judge(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     if verdict["reason"]:
         case["reason"] = verdict["reason"]
     return case
+
+
+def _workloads(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
+    """The denoiser workloads the trajectory's steps name, with what their own cases need (digests by name)."""
+    found = []
+    for step in traj.record["steps"]:
+        for uuid in (step.get("workloads") or {}).get("denoiser") or []:
+            row, receipt = ctx.rows.get(uuid), ctx.run.receipts.get(uuid)
+            if row is None or receipt is None:
+                continue
+            definition = ctx.run.ds.definitions.get(row.definition)
+            found.append({"index": step["index"], "uuid": uuid, "definition": row.definition, "axes": dict(row.axes),
+                          "input_digests": {n: digest_from_path(d.path) for n, d in row.inputs.items()
+                                            if isinstance(d, TensorRef)},
+                          "expected_digests": {n: digest_from_path(d.path) for n, d in receipt.expected_output.items()
+                                               if isinstance(d, TensorRef)},
+                          **({"reference_digest": definition.reference_digest} if definition else {})})
+    return found
 
 
 def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
@@ -331,23 +364,20 @@ def _conditioning(ctx: _Context, step: dict, where: str) -> tuple[Any, dict, dic
     definition = ctx.run.ds.definitions.get(row.definition)
     if definition is None:
         raise RecordError(f"step {step['index']}: no definition {row.definition!r}", path=where)
-    from ikdata.replay.runner import _load_all
-
-    inputs, _ = _load_all(ctx.run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
-    outputs, _ = _load_all(ctx.run, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}")
+    load_all = ctx.hooks.load_all
+    inputs, _ = load_all(ctx.run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+    outputs, _ = load_all(ctx.run, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}")
     return definition, inputs, outputs
 
 
 def _forward(ctx: _Context, definition: Any, inputs: dict, model: dict, attention: str) -> dict[str, torch.Tensor]:
-    from ikdata.replay.runner import _name_outputs, _reference
-
-    reference = _reference(ctx.run, definition, None)
+    reference = ctx.hooks.reference(ctx.run, definition, None)
     if reference is None:
         raise RecordError(f"the denoiser definition {definition.name} is not trusted; trust it to replay steps",
                           path=f"definitions/{definition.op_type}/{definition.name}.json")
     with floor.attention(attention), torch.inference_mode():
         returned = reference(*[inputs[n] for n in definition.inputs], model=model)
-    return _name_outputs(definition, returned)
+    return ctx.hooks.name_outputs(definition, returned)
 
 
 def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[str, dict], io: dict, model: dict,
@@ -421,7 +451,7 @@ def _combination(raw: torch.Tensor, out: torch.Tensor, x: torch.Tensor, sigma: t
 # -- the runner's post-pass ----------------------------------------------------------------------------------
 
 
-def judge_all(run: Any, *, shard: Any = None, settings: Settings | None = None,
+def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Settings | None = None,
               progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Judge every trajectory of ``run.ds`` not already in the report (resume), in this shard; add each
     case to the report as it is decided. Returns the new cases."""
@@ -431,13 +461,16 @@ def judge_all(run: Any, *, shard: Any = None, settings: Settings | None = None,
     todo = [t for t in trajectories if t.id not in run.out.by_uuid]
     if not todo:
         return []
-    ctx = _Context(run, settings)
+    ctx = _Context(run, settings, hooks)
     cases = []
     for traj in todo:
         case = judge(ctx, traj)
         case = _decode(ctx, traj, case)
         run.out.add(case)
         cases.append(case)
+        for step_case in rules.step_cases(case):  # its denoiser workloads' cases follow from it
+            if step_case["uuid"] in run.out.by_uuid:
+                run.out.add(step_case)
         if progress:
             progress(case)
     return cases
@@ -484,4 +517,4 @@ def _decode(ctx: _Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> d
     return case
 
 
-__all__ = ["PREFIX", "Settings", "is_denoiser", "is_trajectory_case", "judge", "judge_all", "load_pipeline"]
+__all__ = ["PREFIX", "RunnerHooks", "Settings", "is_denoiser", "is_trajectory_case", "judge", "judge_all", "load_pipeline"]

@@ -282,6 +282,9 @@ def combine(reports: Iterable[Mapping[str, Any]], *, names: Iterable[str] | None
     from ikdata.replay.sampling import regroup  # sampling definitions are decided over every shard's cases
 
     regroup(combined)
+    from ikdata.core.trajectory_verdicts import regroup as regroup_trajectories  # denoiser steps: by trajectory
+
+    regroup_trajectories(combined)
     return combined
 
 

@@ -203,7 +203,8 @@ def _judge_trajectories(run: _Run, shard: Shard | None, settings: Any) -> None:
     from ikdata.replay import diffusion
 
     if files(run.ds.root):
-        diffusion.judge_all(run, shard=shard, settings=settings)
+        hooks = diffusion.RunnerHooks(_load_tensor, _load_all, _reference, _name_outputs)
+        diffusion.judge_all(run, hooks, shard=shard, settings=settings)
 
 
 def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,
