@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import ikdata
+from ikdata.core.writer import DatasetWriter
 import ikdata.capture as capture
 from ikdata.core.errors import DefinitionError
 from capture_helpers import gemm_record, read_jsonl, write_definitions
@@ -116,6 +117,7 @@ def test_linear_capture_with_provenance_validates_deep(capture_into, tmp_path):
         assert receipt.get(key) is not None, key
     assert receipt["module_path"] == "Block.proj" and receipt["request_id"] == "req-1" and receipt["step"] == 0
     assert receipt["operation"] == "torch.nn.functional.linear" and receipt["model_revision"] == "abc123"
+    DatasetWriter(root).commit()  # what 'ikdata capture' does once the command has ended
     ds = ikdata.open(root)
     assert ikdata.validate(ds, deep=True).problems == []
     [rec] = list(ds.receipts())
@@ -308,7 +310,8 @@ def test_capture_works_inside_torch_compile(capture_into, tmp_path, backend):
     assert torch.equal(inputs["A"], a) and torch.equal(inputs["W"], w)
     [expected] = ds.load_expected(receipt).values()
     assert torch.equal(expected, linear)
-    assert ikdata.validate(ds, deep=True).problems == []
+    DatasetWriter(tmp_path / "ds").commit()  # what 'ikdata capture' does once the command has ended
+    assert ikdata.validate(ikdata.open(tmp_path / "ds"), deep=True).problems == []
 
 
 def test_compiled_code_has_no_graph_break_when_capture_is_not_installed():

@@ -15,6 +15,7 @@ from capture_helpers import REPO
 from ikdata.cli import app
 from ikdata.core.templates import trusted_instances
 from ikdata.core.definitions import load_reference
+from ikdata.core.writer import DatasetWriter
 
 pytest.importorskip("transformers")
 
@@ -69,6 +70,7 @@ def test_tiny_llama_prefill_and_decode(capture_into, tmp_path):
         model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, do_sample=False,
                        pad_token_id=0)
     capture.flush()
+    DatasetWriter(tmp_path / "ds").commit()  # what 'ikdata capture' does once the command has ended
     ds = ikdata.open(tmp_path / "ds")
     assert ikdata.validate(ds, deep=True).problems == []
     receipts = list(ds.receipts())
