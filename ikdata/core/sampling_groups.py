@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ikdata.core.sampling_stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, legendre, pit_test,
-                                        temperature_moments, tv_test)
+                                        temperature_moments, tv_test, tv_too_small)
 
 JUDGE = "sampling"
 HIST_BINS = 10
@@ -98,8 +98,8 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
     tv_keys = sorted(k for k, draws in groups.items() if len(draws) >= TV_MIN_DRAWS and k in distributions)
     # a distribution with too few draws for its TV test to see any shift joins the PIT test instead
     first_alpha = bonferroni(alpha, 1 + len(tv_keys))
-    tv_keys = [k for k in tv_keys if not tv_test(_counts(groups[k], distributions[k]), np.asarray(distributions[k]),
-                                                 alpha=first_alpha, seed=_seed(k), replicates=2000).too_small]
+    tv_keys = [k for k in tv_keys if not tv_too_small(np.asarray(distributions[k]), len(groups[k]),
+                                                      alpha=first_alpha, seed=_seed(k))]
     pooled_keys = [k for k in sorted(groups) if k not in tv_keys]
     extra_u = [(u, uuid) for k in pooled_keys for (_, u, uuid) in groups[k].values()]
     if extra_u:

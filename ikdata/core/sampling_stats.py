@@ -260,6 +260,20 @@ def tv_test(counts: np.ndarray, probs: np.ndarray, *, alpha: float = DEFAULT_ALP
                     f"simulated ({replicates} multinomial replicates, seed {seed})", detectable, wanted)
 
 
+def tv_too_small(probs: np.ndarray, n: int, *, alpha: float = DEFAULT_ALPHA, seed: int = 0) -> bool:
+    """Whether a TV test of n draws from ``probs`` misses even the largest movable mass (cheap: one power check)."""
+    probs = np.asarray(probs, np.float64) / np.sum(probs)
+    kept = probs[probs > 0]
+    if len(kept) < 2:
+        return len(kept) == 0 or n <= 0
+    rng = np.random.default_rng(seed)
+    threshold = float(np.quantile(tv(rng.multinomial(n, probs, size=POWER_REPLICATES), probs), 1 - alpha,
+                                  method="higher"))
+    most = min(float(kept.max()), 1 - float(kept.min()))
+    sims = tv(rng.multinomial(n, _moved(probs, most), size=POWER_REPLICATES), probs)
+    return float((sims > threshold).mean()) < POWER
+
+
 def bonferroni(alpha: float, tests: int) -> float:
     """Each of ``tests`` tests runs at alpha / tests, so the family's false-alarm rate is <= alpha."""
     return alpha / max(1, tests)
@@ -268,4 +282,4 @@ def bonferroni(alpha: float, tests: int) -> float:
 __all__ = ["ASYMPTOTIC_N", "DEFAULT_ALPHA", "MAX_TEMPERATURE_ERROR", "NULL_REPLICATES", "POWER", "PitResult",
            "TEMPERATURE_GRID", "TV_MIN_DRAWS", "TvResult", "bonferroni", "chi2_isf_even", "chi2_sf_even",
            "detectable_temperature_error", "legendre", "ncx2_sf_even", "pit_p_value", "pit_test", "smooth_statistic",
-           "temperature_moments", "tv_test"]
+           "temperature_moments", "tv_test", "tv_too_small"]
