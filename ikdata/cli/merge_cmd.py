@@ -18,6 +18,7 @@ Examples:
   ikdata import runs/host-b shared/gemm --only-passed --dry-run
   ikdata import seed-capture shared/qwen --definitions seed/definitions
   ikdata import flashinfer-trace shared/fi --keep-random --json
+  ikdata import server-draws.jsonl runs/server      (OpenAI-compatible completions: docs/sampling.md)
 """
 
 
@@ -34,6 +35,12 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
     from ikdata.importing.apply import import_dataset
 
     o = out.Output(json=json_, quiet=quiet)
+    if src.suffix == ".jsonl" and src.is_file():  # OpenAI-compatible completions -> sampling workloads
+        from ikdata.importing.completions import import_completions
+
+        found = import_completions(src, dst, dry_run=dry_run)
+        o.result(found.to_dict(), lambda: out.info(found.summary()))
+        return
     with o.progress("import", unit="blobs") as progress:
         result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
                                 keep_random=keep_random, progress=progress)
