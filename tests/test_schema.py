@@ -99,6 +99,8 @@ VALID = {
     "model": [{"digest": "a" * 64, "class": "UNet2DModel", "library": "diffusers", "config": {"sample_size": 16},
                "stored": False, "bytes": 12, "repo_id": "org/model", "revision": None,
                "tensors": {"conv.weight": {"digest": "b" * 64, "dtype": "torch.float32", "shape": [3]}}}],
+    "pack-index": [{"format": "ikdata-pack-index/1", "pack": "c" * 64 + ".safetensors", "bytes": 200,
+                    "tensors": {"d" * 64: {"dtype": "torch.float32", "shape": [2, 3], "offset": 96, "length": 24}}}],
 }
 REPLACEMENTS = [None, True, False, 0, -1, 1.0, 2.5, "", "x", "urn:ikdata", [], [1], {}, {"type": "random"},
                 "a" * 64, "1/2"]

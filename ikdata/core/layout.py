@@ -211,11 +211,12 @@ class RepairReport:
     manifest: str | None = None
     refusals: tuple[str, ...] = ()
     definitions_reordered: tuple[str, ...] = ()
+    pack_indexes: tuple[str, ...] = ()  # pack indexes rebuilt from their packs (ikdata.core.packs)
 
     @property
     def changed(self) -> bool:
         return bool(self.lines or self.import_recovery or self.gc_deleted is not None or self.manifest
-                    or self.definitions_reordered)
+                    or self.definitions_reordered or self.pack_indexes)
 
     @property
     def ok(self) -> bool:
@@ -236,6 +237,7 @@ class RepairReport:
         elif self.manifest == "written":
             notes.append(f"wrote the missing {manifest.MANIFEST}")
         notes += [f"left {manifest.MANIFEST} as it is: {reason}" for reason in self.refusals]
+        notes += [f"rebuilt {rel} from its pack" for rel in self.pack_indexes]
         return notes
 
     def to_dict(self) -> dict:
@@ -244,7 +246,7 @@ class RepairReport:
                           for r in self.lines],
                 "receipts_set_aside": self.receipts_set_aside, "gc_deleted": self.gc_deleted,
                 "manifest": self.manifest, "refusals": list(self.refusals), "notes": self.notes(),
-                "definitions_reordered": list(self.definitions_reordered)}
+                "definitions_reordered": list(self.definitions_reordered), "pack_indexes": list(self.pack_indexes)}
 
 
 def repair_dataset(path: str | os.PathLike) -> RepairReport:
@@ -276,15 +278,18 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
         if orphans:
             results.append(_set_aside_lines(root / RECEIPTS, orphans))
         gc_deleted = _finish_gc(root)
+        from ikdata.core.pack_writer import repair_packs
+
+        pack_indexes = repair_packs(root)
         reordered = reorder_definitions(root) if detect_layout(root) == IKDATA else ()
         has_manifest = (root / manifest.MANIFEST).exists()
         written = None
         if state.can_roll_forward or (has_manifest and not state.refusals
-                                      and (results or gc_deleted is not None or reordered)):
+                                      and (results or gc_deleted is not None or reordered or pack_indexes)):
             manifest.write(root)
             written = "rolled-forward" if has_manifest else "written"
     return RepairReport(tuple(results), recovery, len(orphans), gc_deleted, written, state.refusals,
-                        tuple(reordered))
+                        tuple(reordered), pack_indexes)
 
 
 def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = None) -> list[str]:

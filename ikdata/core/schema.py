@@ -17,7 +17,8 @@ from referencing import Registry, Resource
 
 from ikdata.core.problems import Problem
 
-KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "trajectory", "model")
+KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "trajectory", "model",
+         "pack-index")
 
 
 @functools.cache

@@ -226,7 +226,23 @@ class BlobStore:
         return PutResult(TensorRef(relative, BLOB_KEY), digest, nbytes, True)
 
     def has(self, digest: str) -> bool:
-        return (self.root / blob_path(digest)).exists()
+        """Whether the blob is stored, loose or in a pack (:mod:`ikdata.core.packs`)."""
+        return (self.root / blob_path(digest)).exists() or self.packed(digest) is not None
+
+    def packed(self, digest: str | None) -> Any:
+        """Where a digest lies in a published pack (a :class:`~ikdata.core.packs.PackedBlob`), or None."""
+        if digest is None or not os.path.isdir(os.path.join(self.root, BLOB_DIR, "packs")):
+            return None
+        from ikdata.core.packs import cached_packs
+
+        return cached_packs(self.root).find(digest)
+
+    def packed_ref(self, ref: TensorRef) -> Any:
+        """The pack entry behind a descriptor naming a canonical loose path that is not on disk, or None."""
+        digest = digest_from_path(ref.path)
+        if digest is None or ref.path != blob_path(digest) or ref.tensor_key != BLOB_KEY:
+            return None
+        return self.packed(digest)
 
     def get(self, ref: TensorRef, *, device: str = "cpu") -> Any:
         """Load the tensor a descriptor names (memory-mapped) as a torch tensor.
@@ -237,10 +253,10 @@ class BlobStore:
         """
         from safetensors import safe_open
 
-        path = self._checked_path(ref)
+        path, key = self._checked_path(ref)
         try:
             with safe_open(str(path), framework="pt", device=device) as handle:
-                return handle.get_tensor(ref.tensor_key)
+                return handle.get_tensor(key)
         except Exception as exc:  # safetensors raises its own error types for bad files
             raise BlobCorrupted(f"{ref.path}: cannot read tensor {ref.tensor_key!r}: {exc}",
                                 path=ref.path) from exc
@@ -249,28 +265,43 @@ class BlobStore:
         """Load a tensor as a numpy array (dtypes numpy lacks, such as bfloat16, are refused)."""
         from safetensors import safe_open
 
-        path = self._checked_path(ref)
+        path, key = self._checked_path(ref)
         try:
             with safe_open(str(path), framework="numpy") as handle:
-                return handle.get_tensor(ref.tensor_key)
+                return handle.get_tensor(key)
         except Exception as exc:
             raise BlobCorrupted(f"{ref.path}: cannot read tensor {ref.tensor_key!r}: {exc}",
                                 path=ref.path) from exc
 
-    def _checked_path(self, ref: TensorRef) -> Path:
+    def _checked_path(self, ref: TensorRef) -> tuple[Path, str]:
+        """The file holding a descriptor's tensor and its key there: the loose file, else its pack."""
         path = self.root / ref.path
         if not path.is_file():
+            packed = self.packed_ref(ref)
+            if packed is not None:
+                return self.root / packed.pack, packed.digest
             raise BlobNotFound(f"{ref.path}: blob not found", path=ref.path, digest=digest_from_path(ref.path))
-        return path
+        return path, ref.tensor_key
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
-        """Every stored blob as (relative path, size), from a directory scan (no reads)."""
+        """Every stored blob as (relative path, size), from a directory scan (no reads). Packed blobs
+        are listed under their loose path with the loose file's size, once, so the blob set is the
+        same whether blobs are loose or packed."""
+        seen = set()
         for relative, size, _ in self.scan_blobs():
+            seen.add(relative)
             yield relative, size
+        if os.path.isdir(os.path.join(self.root, BLOB_DIR, "packs")):
+            from ikdata.core.packs import iter_packed
+
+            for blob in iter_packed(self.root):
+                relative = blob_path(blob.digest)
+                if relative not in seen:
+                    yield relative, blob.loose_size
 
     def scan_blobs(self) -> Iterator[tuple[str, int, bool]]:
         """Every ``*.safetensors`` under ``blob/`` as (relative path, size, is a symlink); links to
-        folders are not followed."""
+        folders are not followed. Packs (``blob/packs/``) are not loose blobs and are left out."""
         top = os.path.join(self.root, BLOB_DIR)
         if not os.path.isdir(top):
             return
@@ -279,6 +310,8 @@ class BlobStore:
             folder, relative = stack.pop()
             with os.scandir(folder) as entries:
                 for entry in entries:
+                    if relative == BLOB_DIR + "/" and entry.name == "packs":
+                        continue
                     if entry.is_dir(follow_symlinks=False):
                         stack.append((entry.path, relative + entry.name + "/"))
                     elif entry.name.endswith(".safetensors") and not entry.name.startswith(".tmp-"):

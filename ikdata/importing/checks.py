@@ -16,7 +16,7 @@ from typing import Any
 from ikdata.core.errors import DefinitionError, ProblemsFound
 from ikdata.core.problems import Problem
 from ikdata.core.safetensors_format import TensorEntry
-from ikdata.core.store import blob_path, digest_from_path, read_entries
+from ikdata.core.store import BlobStore, blob_path, digest_from_path, read_entries
 from ikdata.core.verdicts import cross_check, tensor_stats
 
 
@@ -39,7 +39,12 @@ def check_against_blobs(plan: Any, dst: Path) -> None:
                 located[digest] = (Path(tensor.path), tensor.entry)
             else:  # DST holds it: its header says what it is
                 path = dst / blob_path(digest)
-                located[digest] = (path, read_entries(path)[0])
+                packed = None if path.is_file() else BlobStore(dst).packed(digest)
+                if packed is not None:  # in one of DST's packs (ikdata.core.packs)
+                    located[digest] = (dst / packed.pack, TensorEntry(digest, packed.dtype, packed.shape, packed.offset,
+                                                                      packed.offset + packed.length))
+                else:
+                    located[digest] = (path, read_entries(path)[0])
         return located[digest]
 
     receipts = {r["uuid"]: r for r in plan.receipts}

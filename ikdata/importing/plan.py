@@ -310,6 +310,8 @@ def _plan_blobs(plan: ImportPlan, dst: Path, progress: ProgressCallback | None =
             unread.append(digest)
     problems = []
     paths = plan.source.paths or PathResolver(plan.source.root)
+    if unread and (Path(plan.source.root) / "blob" / "packs").is_dir():  # SRC keeps some in packs
+        unread = _plan_packed(plan, unread, paths, problems)
     for digest in list(unread):  # the path rule first: nothing outside SRC is read
         rel = os.path.relpath(plan.source.tensors[digest].path, plan.source.root).replace(os.sep, "/")
         refusal = paths.refusal(rel)
@@ -335,6 +337,37 @@ def _plan_blobs(plan: ImportPlan, dst: Path, progress: ProgressCallback | None =
             plan.blobs[digest] = TensorSource(tensor.path, tensor.tensor_key, canonical, check.entries[0])
     if problems:
         raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} corrupt blob(s); nothing was imported")
+
+
+def _plan_packed(plan: ImportPlan, unread: list[str], paths: PathResolver, problems: list[Problem]) -> list[str]:
+    """Blobs SRC holds in packs (:mod:`ikdata.core.packs`), not loose: each packed tensor's slice is
+    verified against its digest and copied out as a canonical loose blob; returns the digests left
+    for the loose rehash."""
+    from ikdata.core.errors import StoreError
+    from ikdata.core.packs import cached_packs, read_packed
+    from ikdata.core.safetensors_format import TensorEntry
+
+    found = cached_packs(plan.source.root)
+    problems += found.problems
+    rest = []
+    for digest in unread:
+        tensor = plan.source.tensors[digest]
+        blob = found.find(digest) if tensor.canonical and not tensor.path.is_file() else None
+        if blob is None:
+            rest.append(digest)
+            continue
+        refusal = paths.refusal(blob.pack)
+        if refusal is not None:
+            problems.append(refusal.problem())
+            continue
+        try:
+            read_packed(plan.source.root, blob)
+        except StoreError as exc:
+            problems.append(Problem(blob.pack, str(exc).split(": ", 1)[-1], code="digest-mismatch"))
+            continue
+        entry = TensorEntry(blob.digest, blob.dtype, blob.shape, blob.offset, blob.offset + blob.length)
+        plan.blobs[digest] = TensorSource(Path(plan.source.root) / blob.pack, blob.digest, False, entry)
+    return rest
 
 
 def _manifest_or_empty(dst: Path) -> dict:

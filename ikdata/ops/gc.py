@@ -20,6 +20,7 @@ from ikdata.core.dataset import Dataset
 from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.core.layout import clear_gc_mark, mark_gc
 from ikdata.core.locking import dataset_lock
+from ikdata.core.packs import PACK_DIR
 
 DEFAULT_GRACE_MINUTES = 10.0
 
@@ -81,6 +82,8 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
         raise UsageError(f"{root}: not an ikdata dataset (no blob/ folder, no ikdata.json)")
     if grace_minutes < 0:
         raise UsageError(f"--grace must be >= 0 minutes, got {grace_minutes}")
+    from ikdata.ops.pack import collect_packs
+
     with dataset_lock(root, exclusive=True):
         if not dry_run:
             recover(root, locked=True)
@@ -88,9 +91,11 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
         cutoff = time.time() - grace_minutes * 60
         deleted, young = [], []
         freed = kept = 0
-        for rel, size in Dataset.open(root).store.iter_blobs():
+        kept_loose = set()
+        for rel, size, _ in Dataset.open(root).store.scan_blobs():  # loose blobs; packs below
             if rel in used:
                 kept += 1
+                kept_loose.add(rel)
                 continue
             target = root / rel
             if target.stat().st_mtime > cutoff:
@@ -103,6 +108,13 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
             mark_gc(root, deleted)
             for rel in deleted:
                 (root / rel).unlink(missing_ok=True)
+        if (root / PACK_DIR).is_dir():  # packed blobs (ikdata.core.packs): whole packs go, mixed ones are rewritten
+            packs = collect_packs(root, used, kept_loose, cutoff, dry_run=dry_run)
+            deleted += packs.deleted
+            freed += packs.freed
+            kept += packs.kept
+            young += packs.young
+        if not dry_run:
             dataset_id = manifest.write(root)
             clear_gc_mark(root)
         else:

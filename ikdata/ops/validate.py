@@ -16,6 +16,7 @@ from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import TensorEntry, canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
+from ikdata.core.packs import check_packed_uses, has_packs
 from ikdata.core.store import BlobCheck, digest_from_path, read_entries, rehash_files
 
 
@@ -189,6 +190,8 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
 
     _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash, progress=progress)
 
+    if ds.layout == "ikdata":
+        _check_reports(ds, problems)
     if ds.layout == "ikdata" and not (ds.root / "ikdata.json").exists():
         problems.append(_missing_manifest(ds))
     if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
@@ -215,6 +218,34 @@ def _misnamed_definitions(ds: Dataset, problems: list[Problem]) -> dict[str, str
                                     f"{stem}.json; rename the file to {definition.name}.json, or set 'name' to "
                                     f"{stem!r} if rows call it that", pointer="/name", code="definition-name"))
     return misnamed
+
+
+def _check_reports(ds: Dataset, problems: list[Problem]) -> None:
+    """Each replay report (``reports/*.json``) is JSON of the one report format ikdata reads, by its
+    schema: import trusts nothing else, so validate says so first."""
+    import orjson
+
+    from ikdata.core import schema
+    from ikdata.core.verdicts import REPORT_FORMAT
+
+    folder = ds.root / "reports"
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        display = ds.rel(path)
+        try:
+            report = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            problems.append(Problem(display, f"malformed JSON: {exc}; replay again to rewrite it",
+                                    code="malformed-json"))
+            continue
+        except OSError as exc:
+            problems.append(Problem(display, f"cannot read: {exc.strerror or exc}", code="bad-report"))
+            continue
+        if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+            found = report.get("format") if isinstance(report, dict) else type(report).__name__
+            problems.append(Problem(display, f"format {found!r} is not a replay report ikdata reads; expected "
+                                    f"{REPORT_FORMAT!r}", pointer="/format", code="bad-report"))
+            continue
+        problems += schema.check("report", report, path=display)
 
 
 def _missing_manifest(ds: Dataset) -> Problem:
@@ -332,6 +363,8 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         with ThreadPoolExecutor(max_workers=workers) as pool:
             found = [f for group in pool.map(lambda g: [_entries_or_error(p) for p in g], batches) for f in group]
         entries.update(zip(readable, found))
+    if has_packs(ds.root):  # blobs in packs (ikdata.core.packs): one read per pack, each tensor's slice hashed
+        report.blobs_rehashed += check_packed_uses(ds.root, files, entries, problems, deep=deep, jobs=jobs)
     report.blobs_checked = len(readable)
     if ds.layout == "ikdata":
         _check_canonical(entries, problems)

@@ -161,10 +161,14 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int,
     missing = [(rel, size) for rel, size in sorted(local.blobs.items()) if listed.get(rel) != size]
     # Blobs the remote already has are relied on, not sent: check them where the backend can say cheaply
     # (a flipped byte keeps the size), and send the damaged ones again.
-    relied = [(rel, local.root / rel) for rel, size in sorted(local.blobs.items()) if listed.get(rel) == size]
+    relied = [(rel, local.root / rel) for rel, size in sorted(local.blobs.items())
+              if listed.get(rel) == size and (local.root / rel).is_file()]  # packed ones: trusted by size
     damaged = set(backend.damaged_blobs(relied, jobs=jobs)) if relied else set()
     missing = sorted(missing + [(rel, local.blobs[rel]) for rel in damaged])
+    packed = _packed_uploads(local, [rel for rel, _ in missing])
     for rel, _ in missing:
+        if rel in packed:
+            continue  # verified as it was read from its pack
         check = rehash_file(local.root / rel)
         expected = digest_from_path(rel)
         if check.error or list(check.digests) != [expected]:
@@ -172,10 +176,28 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int,
             raise BlobCorrupted(f"{local.root / rel}: does not match its digest {expected} ({found}); nothing "
                                 f"was published. Run 'ikdata validate --deep {local.root}'", digest=expected,
                                 path=rel)
-    uploads = [Upload(rel, local.root / rel, size) for rel, size in missing]
+    uploads = [packed.get(rel) or Upload(rel, local.root / rel, size) for rel, size in missing]
     backend.upload(uploads, jobs=jobs, progress=progress)
     checkpoint("blobs-sent")
     return len(uploads), sum(u.size for u in uploads), len(local.blobs) - len(uploads)
+
+
+def _packed_uploads(local: LocalSnapshot, rels: list[str]) -> dict[str, Upload]:
+    """Blobs the local dataset keeps in packs (:mod:`ikdata.core.packs`), sent as the canonical loose
+    blobs they stand for (each slice verified against its digest as it is read)."""
+    from ikdata.core.packs import read_packed
+
+    store = BlobStore(local.root)
+    found = {}
+    for rel in rels:
+        if (local.root / rel).is_file():
+            continue
+        blob = store.packed(digest_from_path(rel))
+        if blob is None:
+            continue
+        data = b"".join(bytes(c) for c in blob.loose_bytes(read_packed(local.root, blob)))
+        found[rel] = Upload(rel, data, len(data))
+    return found
 
 
 def _send_files(backend: Backend, local: LocalSnapshot, jobs: int) -> int:

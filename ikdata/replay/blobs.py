@@ -36,6 +36,9 @@ def load_verified(store: BlobStore, path: Path, ref: TensorRef, *, device: str =
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
+        packed = store.packed_ref(ref)
+        if packed is not None:  # a small blob in a pack: its slice read once and hashed (core.packs)
+            return _packed_tensor(store, packed, device), packed.digest
         raise BlobNotFound(f"{ref.path}: blob not found", path=ref.path, digest=digest_from_path(ref.path)) from None
     if size <= READ_WHOLE_UP_TO:
         tensor, digest = _read_whole(path, ref, size)
@@ -77,6 +80,19 @@ def _read_whole(path: Path, ref: TensorRef, size: int) -> tuple[torch.Tensor, st
         return torch.empty(entry.shape, dtype=dtype), digest
     flat = torch.frombuffer(data, dtype=torch.uint8, offset=entry.start, count=entry.end - entry.start)
     return flat.view(dtype).reshape(entry.shape), digest
+
+
+def _packed_tensor(store: BlobStore, packed, device: str) -> torch.Tensor:
+    """A packed tensor, verified against its digest by :func:`ikdata.core.packs.read_packed`."""
+    from ikdata.core.packs import read_packed
+
+    data = read_packed(store.root, packed)
+    dtype = getattr(torch, packed.dtype.removeprefix("torch."))
+    if not data:
+        tensor = torch.empty(packed.shape, dtype=dtype)
+    else:
+        tensor = torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(packed.shape)
+    return tensor if device == "cpu" else tensor.to(device)
 
 
 def _header_length(data: bytearray) -> int:

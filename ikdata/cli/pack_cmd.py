@@ -1,0 +1,41 @@
+"""``ikdata pack`` and ``ikdata unpack``: small blobs into packs (fewer files, fewer requests) and back."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ikdata.cli import _output as out
+from ikdata.cli import app
+from ikdata.cli._options import DatasetArg, JsonOpt, QuietOpt
+
+
+@app.command()
+def pack(path: DatasetArg,
+         threshold: Annotated[int, typer.Option("--threshold", help="Pack loose blobs smaller than this many "
+                                                "bytes.")] = 1 << 20,
+         pack_bytes: Annotated[int, typer.Option("--pack-bytes", help="About this many bytes per pack.")] = 64 << 20,
+         json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """Move small loose blobs into packs (blob/packs/); rows keep naming them as before."""
+    from ikdata.ops.pack import pack_dataset
+
+    result = pack_dataset(path, threshold=threshold, pack_bytes=pack_bytes)
+    o = out.Output(json=json_, quiet=quiet)
+    if result.skipped:
+        o.problems(result.skipped, label="left loose")
+    o.result(result.to_dict(), lambda: out.info(
+        f"{path}: packed {result.packed} blob(s), {out.human_bytes(result.bytes)}, into {len(result.packs)} pack(s); "
+        f"removed {result.removed} loose copies"))
+    if result.skipped:
+        raise typer.Exit(1)
+
+
+@app.command()
+def unpack(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """Write every packed blob back as a loose file and remove the packs (flashinfer-bench reads only loose blobs)."""
+    from ikdata.ops.pack import unpack_dataset
+
+    result = unpack_dataset(path)
+    out.Output(json=json_, quiet=quiet).result(result.to_dict(), lambda: out.info(
+        f"{path}: wrote {result.written} loose blob(s); removed {len(result.packs_removed)} pack(s)"))
