@@ -121,3 +121,20 @@ def test_import_rechecks_sampling_verdicts_and_shards_combine(tmp_path):
     from ikdata.core.verdicts import recheck
 
     assert any("alpha" in r for r in recheck(report["cases"][0], report))
+
+
+def test_cli_import_of_completions(tmp_path):
+    from typer.testing import CliRunner
+
+    from ikdata.cli import app
+
+    good = _write(tmp_path, [_line(draws=[{"seed": s, "token": "token_id:1"} for s in range(5)])])
+    result = CliRunner().invoke(app, ["import", str(good), str(tmp_path / "ds")])
+    assert result.exit_code == 0, result.output
+    assert "added 1 sampling workload(s) (5 draws)" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_line()) + "\n" + json.dumps(_line(settings={"temperature": 0.7, "top_p": 2})) + "\n")
+    result = CliRunner().invoke(app, ["import", str(bad), str(tmp_path / "other")])
+    assert result.exit_code == 1
+    assert f"{bad}:2: /settings/top_p top_p must be in (0, 1], got 2" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "other").exists()
