@@ -108,3 +108,19 @@ def test_shipped_reference_gives_the_hf_distribution():
     got = run(torch.tensor(x), torch.full((50,), t), torch.full((50,), k), torch.full((50,), p),
               torch.full((50,), m), torch.full((50,), -1)).numpy()
     assert np.allclose(got, kept_probs(x, t, k, p, m), atol=1e-6)
+
+
+def test_shipped_top_logprobs_reference_matches_implied():
+    torch = pytest.importorskip("torch")
+    from ikdata.core.definitions import SHIPPED, load_reference, read_folder, shipped_folder
+
+    definition = read_folder(shipped_folder(), origin=SHIPPED)[0]["sampling_top_logprobs"]
+    run = load_reference(definition, trusted_digests=frozenset(), trusted_definitions={definition.name: definition})
+    lp = np.log(np.asarray(W_MIN_P) / 2.0)[[3, 0, 5, 1, 2, 4, 6, 7]]  # listed in any order
+    for settings in (dict(temperature=0.7, top_k=5), dict(temperature=1.0, top_k=6, top_p=0.8),
+                     dict(temperature=0.0)):
+        found = S.implied(lp.tolist(), **settings)
+        assert found.status == "ok", found
+        got = run(torch.tensor(lp, dtype=torch.float32), settings["temperature"], settings.get("top_k", 0),
+                  settings.get("top_p", 1.0), settings.get("min_p", 0.0), 0, torch.zeros(1, dtype=torch.int64))
+        assert np.allclose(got.numpy()[:-1], found.probs, atol=1e-6) and got[-1] == 0
