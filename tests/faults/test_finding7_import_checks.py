@@ -73,7 +73,8 @@ def test_a_tensor_under_another_key_is_refused(src, dst):
 
 def test_a_report_of_unknown_format_is_refused(src, dst):
     _edit_report(src, lambda r: r.update(format="someone-else/9"))
-    _refused(src, dst, "format 'someone-else/9'")
+    assert any("format 'someone-else/9'" in p for p in _problems(src))  # validate rejects it ...
+    _refused(src, dst, "format 'someone-else/9'")  # ... and so does import
 
 
 def test_an_edited_max_abs_error_is_refused(src, dst):
