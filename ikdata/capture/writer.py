@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ikdata.capture.weights import FLAGGED, BlobHandle, WeightCache, WeightCheck
+from ikdata.capture.weights import VERIFIED, BlobHandle, WeightCache, WeightCheck
 from ikdata.core.definitions import Definition
 from ikdata.core.locking import dataset_lock
 from ikdata.core.writer import DatasetWriter, NewWorkload
@@ -263,10 +263,10 @@ class CaptureWriter:
 
 def _facts(job: Job) -> dict[str, Any]:
     """The job's provenance, with ``unverified`` when a weight it reused failed its check."""
-    flagged = sorted(n for n, c in job.checks.items() if c.state == FLAGGED)
+    flagged = sorted(n for n, c in job.checks.items() if c.state != VERIFIED)  # never vouch for an unchecked one
     if not flagged:
         return job.provenance
-    reasons = "; ".join(f"{n}: {job.checks[n].reason}" for n in flagged)
+    reasons = "; ".join(f"{n}: {job.checks[n].reason or 'it could not be checked'}" for n in flagged)
     return {**job.provenance, "unverified": {
         "inputs": flagged,
         "reason": f"the weight {', '.join(flagged)} this capture reused was rehashed after it and no longer "
