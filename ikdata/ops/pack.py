@@ -226,7 +226,8 @@ def collect_packs(root: Path, used: set[str], kept_loose: set[str], cutoff: floa
                   dry_run: bool) -> PackGarbage:
     """Remove what no referenced tensor needs from the packs (gc holds the exclusive lock).
 
-    A pack whose referenced tensors are all kept elsewhere (loose, or an earlier pack) goes whole:
+    A pack whose referenced tensors are all kept in an earlier pack goes whole (a loose copy does
+    not count: packs are the preferred form, and ``pack`` removes loose copies of packed tensors):
     its index first (unpublishing it), then the pack. A pack holding some referenced tensors and
     some garbage is rewritten with only the referenced ones (published before the old one goes). An
     unpublished pack (no index) goes when each tensor in it is unreferenced or stored elsewhere.
@@ -236,7 +237,7 @@ def collect_packs(root: Path, used: set[str], kept_loose: set[str], cutoff: floa
     if found.problems:  # an unreadable index might be the only copy of a referenced tensor
         raise ProblemsFound(list(found.problems), f"{root}: gc refused: {len(found.problems)} pack index(es) are "
                             f"unreadable; run 'ikdata repair {root}' first")
-    kept = {d for d in (digest_from_path(r) for r in kept_loose) if d}
+    kept: set[str] = set()
     deleted: list[str] = []
     young: list[str] = []
     freed = kept_count = 0
@@ -265,6 +266,7 @@ def collect_packs(root: Path, used: set[str], kept_loose: set[str], cutoff: floa
         (root / index).unlink(missing_ok=True)
         checkpoint("gc-pack-unpublished")
         (root / pack).unlink(missing_ok=True)
+    kept |= {d for d in (digest_from_path(r) for r in kept_loose) if d}
     for orphan in found.orphans:
         try:
             from ikdata.core.packs import index_from_pack
