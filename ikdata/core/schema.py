@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
-from typing import Any, Callable
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
-from referencing import Registry, Resource
+from typing import TYPE_CHECKING, Any, Callable
 
 from ikdata.core.problems import Problem
+
+if TYPE_CHECKING:  # jsonschema is imported when a record fails (to explain it): importing it costs ~0.4 s
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+    from referencing import Registry
 
 KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "trajectory", "model",
          "pack-index")
@@ -30,6 +31,8 @@ def load_schema(kind: str) -> dict:
 
 @functools.cache
 def _registry() -> Registry:
+    from referencing import Registry, Resource
+
     return Registry().with_resources(
         (load_schema(kind)["$id"], Resource.from_contents(load_schema(kind))) for kind in KINDS)
 
@@ -37,6 +40,8 @@ def _registry() -> Registry:
 @functools.cache
 def validator(kind: str) -> Draft202012Validator:
     """A validator for one record kind, with cross-schema references resolved."""
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(load_schema(kind), registry=_registry())
 
 
@@ -45,6 +50,8 @@ def _pointer(error: ValidationError) -> str:
 
 
 def _deepest(error: ValidationError) -> ValidationError:
+    from jsonschema.exceptions import best_match
+
     while error.context:
         error = best_match(error.context)
     return error
