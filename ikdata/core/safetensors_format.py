@@ -110,7 +110,9 @@ def parse_header(prefix: bytes, file_size: int) -> list[TensorEntry]:
             safetensors library refuses.
 
     Example:
-        >>> parse_header(encode_header("torch.float32", (2,), 8) + bytes(8), 8 + 64)
+        >>> data = encode_header("torch.float32", (2,), 8) + bytes(8)
+        >>> parse_header(data, len(data))[0].shape
+        (2,)
     """
     if file_size < 8 or len(prefix) < 8:
         raise FormatError(f"file is {file_size} bytes, too short for a safetensors header")
