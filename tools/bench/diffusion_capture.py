@@ -6,7 +6,7 @@ Run: .venv/bin/python tools/bench/diffusion_capture.py [--quick]
    one denoising step (both streams, CFG batch) takes at least 50 ms here, timed step by step through
    ``callback_on_step_end`` (median interval between consecutive steps), with trajectory capture on
    (every step of both streams recorded: x, out, x_next, sigmas, and the denoiser's inputs) against
-   the same calls with capture off (the class patches stay and pass straight through: one lookup per
+   the same calls with capture off, and against operator hooks alone (installed, capturing nothing) (the class patches stay and pass straight through: one lookup per
    call). Runs are interleaved A/B; the median and the best step of each side are reported (on a shared,
    loaded machine the best step is the steadier figure). Target <= 1.10x. The blobs are hashed and
    written when the call ends, not during the steps: that time is reported apart, per call.
@@ -57,12 +57,20 @@ def engine_overhead(rounds: int, steps: int, into: Path) -> dict:
     pipe = tiny_video.build(layers=4)  # one step (CFG batch, both streams) takes well over 50 ms on one thread
     kwargs = tiny_video.call_kwargs(seed=1, steps=steps)
     kwargs["output_type"] = "latent"
-    bare, captured, bare_calls, captured_calls = [], [], [], []
+    from ikdata.capture import diffusion
+
+    bare, captured, bare_calls, captured_calls, ops_only = [], [], [], [], []
     boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))  # trajectories only
     boot.uninstall()
     _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)))  # warm-up
     for _ in range(rounds):
         bare += _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)), bare_calls)
+        boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))
+        diffusion.uninstall()  # operator hooks in place (capturing nothing), trajectories off
+        try:
+            ops_only += _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)))
+        finally:
+            boot.uninstall()
         boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))
         try:
             captured += _step_times(pipe, dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)),
@@ -73,8 +81,45 @@ def engine_overhead(rounds: int, steps: int, into: Path) -> dict:
     return {"bare_step_ms": round(b * 1e3, 1), "captured_step_ms": round(c * 1e3, 1), "ratio": round(c / b, 3),
             "best_bare_step_ms": round(min(bare) * 1e3, 1), "best_captured_step_ms": round(min(captured) * 1e3, 1),
             "best_ratio": round(min(captured) / min(bare), 3), "steps_timed": len(captured),
-            "steps_per_call": steps,
+            "steps_per_call": steps, "best_operator_hooks_only_step_ms": round(min(ops_only) * 1e3, 1),
+            "trajectory_only_best_ratio": round(min(captured) / min(ops_only), 3),
             "best_call_s": {"bare": round(min(bare_calls), 3), "captured": round(min(captured_calls), 3)}}
+
+
+def hook_time(steps: int, into: Path) -> dict:
+    """Engine time spent inside ikdata's step and denoiser hooks per step, from the profiler (an upper
+    bound: the profiler slows Python code more than torch's kernels), independent of the machine's load."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    import tiny_video
+    from ikdata.capture import boot
+    from ikdata.capture.config import CaptureConfig
+
+    pipe = tiny_video.build(layers=4)
+    kwargs = dict(tiny_video.call_kwargs(seed=1, steps=steps), output_type="latent")
+    boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))
+    try:
+        pipe(**dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)))
+        profile = cProfile.Profile()
+        profile.enable()
+        started = time.perf_counter()
+        pipe(**dict(kwargs, generator=torch.Generator("cpu").manual_seed(1)))
+        call = time.perf_counter() - started
+        profile.disable()
+    finally:
+        boot.uninstall()
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (cc, nc, tottime, cumtime, callers)
+    cum = {}
+    for (file, _, name), row in stats.items():
+        key = (Path(file).name, name)
+        cum[key] = cum.get(key, 0.0) + row[3]
+    hooks = (cum.get(("trajectory.py", "on_step"), 0.0) - cum.get(("scheduling_flow_match_euler_discrete.py", "step"), 0.0)
+             + cum.get(("trajectory.py", "_on_forward"), 0.0))
+    return {"hook_ms_per_step": round(hooks / steps * 1e3, 3), "finish_s": round(cum.get(("trajectory.py", "finish"), 0.0), 3),
+            "profiled_call_s": round(call, 3), "steps": steps}
 
 
 def storage(steps: int, into: Path) -> dict:
@@ -131,16 +176,22 @@ def main() -> None:
               f"{overhead['captured_step_ms']} ms, ratio {overhead['ratio']}x; best of {overhead['steps_timed']}: "
               f"bare {overhead['best_bare_step_ms']} ms, captured {overhead['best_captured_step_ms']} ms, ratio "
               f"{overhead['best_ratio']}x (target <= 1.10x)")
+        print(f"of which operator hooks capturing nothing: best step {overhead['best_operator_hooks_only_step_ms']} ms; "
+              f"trajectory recording alone: {overhead['trajectory_only_best_ratio']}x")
         print(f"whole call, {overhead['steps_per_call']} steps (best): bare "
               f"{overhead['best_call_s']['bare']} s, captured {overhead['best_call_s']['captured']} s (hashing and "
               "writing the trajectory's blobs, rows, model record at the end of the call)")
+        hooks = hook_time(6, work / "hooks")
+        print(f"time inside ikdata's step and denoiser hooks: {hooks['hook_ms_per_step']} ms per step "
+              f"(profiled, an upper bound; a step here takes {overhead['best_bare_step_ms']} ms or more); writing "
+              f"the trajectory when the call ends: {hooks['finish_s']} s")
         stored = storage(20, work / "storage")
         print(f"20-step trajectory, {stored['streams']} streams: stored {stored['stored_bytes']} B of "
               f"{stored['captured_bytes']} B captured (ratio {stored['ratio']}); latent chain (x, x_next): "
               f"{stored['chain_latents_stored']} latents stored, ratio {stored['chain_ratio']} "
               f"(expected (N+1)/2N = {stored['chain_expected']})")
         print(f"load average {load_average()}")
-        print(json.dumps({"engine": overhead, "storage": stored}))
+        print(json.dumps({"engine": overhead, "hooks": hooks, "storage": stored}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
