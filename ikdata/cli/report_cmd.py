@@ -1,0 +1,46 @@
+"""``ikdata report``: draw a replay report as one static HTML page (ikdata.ops.report_html)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ikdata.cli import _output as out
+from ikdata.cli import app
+from ikdata.cli._options import JsonOpt, QuietOpt
+
+REPORT_EXAMPLES = """
+\b
+Examples:
+  ikdata report runs/clip --html clip.html
+  ikdata report runs/big/reports/replay-combined.json --html big.html
+"""
+
+
+@app.command("report", epilog=REPORT_EXAMPLES)
+def report_command(
+        target: Annotated[Path, typer.Argument(
+            help="A dataset folder (its replay report) or a replay report file.", show_default=False)],
+        html: Annotated[Path, typer.Option(
+            "--html", help="Write the page here: per trajectory e and f per step (log scale), chain error, PSNR "
+            "per frame; max_error_ratio per definition; PIT histograms.", show_default=False)],
+        json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """Draw a replay report as a static HTML page (plotly, no server; opens offline in a browser).
+
+    Exit 0 when the page was written, 1 when the report cannot be read.
+    """
+    from ikdata.ops import report_html
+
+    o = out.Output(json=json_, quiet=quiet)
+    source = report_html.report_path_for(target)
+    report = report_html.load_report(source)
+    written = report_html.write_html(report, html, title=f"ikdata replay report: {target}")
+    trajectories = sum(1 for c in report["cases"] if str(c.get("definition", "")).startswith("trajectory:"))
+    document = {"report": str(source), "html": str(written), "cases": len(report["cases"]),
+                "trajectories": trajectories, "bytes": written.stat().st_size}
+    o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, {trajectories} "
+                                        f"trajectories, {out.human_bytes(document['bytes'])}) from {source}; "
+                                        "open it in a browser"))
+    o.exit(code=0)
