@@ -131,6 +131,9 @@ _OS_REASONS = {
 }
 
 
+_WRITES = {_errno.ENOSPC, _errno.EDQUOT, _errno.EFBIG, _errno.EROFS}
+
+
 def describe_os_error(exc: OSError, operation: str | None = None) -> str:
     """One line for an OSError: the file(s), the operation, what the OS said, and what to do.
 
@@ -139,6 +142,8 @@ def describe_os_error(exc: OSError, operation: str | None = None) -> str:
         'ds/blob/x: cannot write: the disk is full (ENOSPC); free some space, then run the command again'
     """
     reason, hint = _OS_REASONS.get(exc.errno, (exc.strerror or str(exc) or type(exc).__name__, ""))
+    if operation is None and exc.errno in _WRITES:
+        operation = "write"  # only a write can hit a full disk, a size limit or a read-only file system
     where = os.fsdecode(exc.filename) if exc.filename is not None else ""
     if getattr(exc, "filename2", None) is not None:
         where += f" -> {os.fsdecode(exc.filename2)}"
