@@ -70,9 +70,23 @@ def template_of(definition: Definition) -> Template | None:
 
 @functools.lru_cache(maxsize=1)
 def load_templates() -> dict[str, Template]:
-    """Every shipped template by name (read once per process)."""
-    found, _ = read_folder(shipped_folder(), origin=SHIPPED)
-    return {name: t for name, t in ((n, template_of(d)) for n, d in found.items()) if t is not None}
+    """Every shipped template by name (read once per process).
+
+    Read without :func:`~ikdata.core.definitions.read_folder`'s checks: every captured process
+    loads them at start, and parsing the references of all shipped definitions cost ~0.4 s
+    there; the shipped files are checked by the tests (and by ``ikdata validate`` on any dataset
+    that holds an instance), and an instance is trusted only by its digest.
+    """
+    import orjson
+
+    templates = {}
+    for path in sorted(shipped_folder().rglob("*.json")):
+        record = orjson.loads(path.read_bytes())
+        if isinstance(record, dict) and record.get("template"):
+            template = template_of(Definition.from_dict(record, origin=SHIPPED, source=str(path)))
+            if template is not None:
+                templates[template.definition.name] = template
+    return templates
 
 
 def instantiate(template: Template, values: Mapping[str, int]) -> Definition:
