@@ -129,7 +129,9 @@ class TrajectoryRecorder:
         capture.scheduler_step = _scheduler_step_definition(sched, kwargs, sample, model_output, x_next_tensor,
                                                             sigma, capture.skipped)
         nbytes = out.nbytes + x_next.nbytes + (0 if reused else x.nbytes)
-        refusal = self.capturer.ledger.reserve("trajectory", ("trajectory", id(self), stream, index), nbytes)
+        # --max-bytes applies (shared with operator capture); --max-per-definition does not: a name per step
+        refusal = self.capturer.ledger.reserve(f"trajectory-step:{stream}:{index}",
+                                               ("trajectory", id(self), stream, index), nbytes)
         if refusal == selection.BYTES_FULL:
             self.stopped = f"--max-bytes reached at step {index} of stream {stream!r}"
             self.capturer.refused[refusal] = self.capturer.refused.get(refusal, 0) + 1

@@ -182,3 +182,11 @@ def test_the_same_model_is_stored_once_across_trajectories(capture_into, tmp_pat
     assert first["model"] == second["model"]
     assert first["trajectory"] != second["trajectory"]
     assert len(list((tmp_path / "ds" / "models").glob("*.json"))) == 1
+
+
+def test_max_per_definition_does_not_cut_a_trajectory(capture_into, tmp_path):
+    capture_into(max_per_definition=1)
+    pipe, kwargs = tiny.ltx(steps=3)
+    pipe(**kwargs)
+    [record] = trajectories(tmp_path / "ds")
+    assert record["status"] == "complete" and [s["index"] for s in record["steps"]] == [0, 1, 2]
