@@ -198,6 +198,7 @@ class TvResult:
     null: str
     detectable_tv: float | None  # smallest moved mass caught with power 0.9 (None: not even the most)
     draws_for_tv_005: int | None  # about how many draws catch a 0.05 shift
+    null_histogram: dict | None = None  # the simulated null of TV: {"edges": [...], "counts": [...]}, 20 bins
 
     @property
     def too_small(self) -> bool:
@@ -207,7 +208,8 @@ class TvResult:
         return {"test": "tv", "n": self.n, "tv": self.tv, "expected_tv": self.expected_tv,
                 "threshold": self.threshold, "p_value": self.p_value, "alpha": self.alpha, "null": self.null,
                 "detectable_tv": self.detectable_tv, "draws_for_tv_0.05": self.draws_for_tv_005,
-                "too_small": self.too_small, "passed": (not self.too_small) and self.p_value >= self.alpha}
+                "too_small": self.too_small, "passed": (not self.too_small) and self.p_value >= self.alpha,
+                "null_histogram": self.null_histogram}
 
 
 def _moved(probs: np.ndarray, delta: float) -> np.ndarray:
@@ -256,8 +258,10 @@ def tv_test(counts: np.ndarray, probs: np.ndarray, *, alpha: float = DEFAULT_ALP
     wanted = None
     if detectable is not None and detectable > 0:
         wanted = int(math.ceil(n * (detectable / 0.05) ** 2))
+    counts, edges = np.histogram(null, bins=20, range=(0.0, max(float(null.max()), observed) * 1.05 or 1.0))
     return TvResult(n, observed, expected_tv(probs, n), threshold, p_value, alpha,
-                    f"simulated ({replicates} multinomial replicates, seed {seed})", detectable, wanted)
+                    f"simulated ({replicates} multinomial replicates, seed {seed})", detectable, wanted,
+                    {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]})
 
 
 def tv_too_small(probs: np.ndarray, n: int, *, alpha: float = DEFAULT_ALPHA, seed: int = 0) -> bool:

@@ -147,7 +147,8 @@ def operator_figure(cases: list[Mapping[str, Any]]) -> Any | None:
 
 
 def sampling_figures(report: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
-    """(definition, PIT histogram figure, verdict line) per sampling definition."""
+    """(definition, figure, line) per sampling definition: each TV test against its simulated null, then the
+    pooled PIT histogram with the verdict."""
     go = _plotly()
     found = []
     for group in report.get("sampling") or []:
@@ -157,6 +158,22 @@ def sampling_figures(report: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
             for i, count in enumerate(pit.get("histogram") or []):
                 if i < 10:
                     bins[i] += int(count)
+        pooled = [t for t in group.get("tests") or [] if t.get("test") == "pit" and t.get("histogram")]
+        if pooled:  # the pooled test's own histogram: every draw it judged (docs/sampling.md)
+            bins = [int(c) for c in pooled[0]["histogram"]][:10]
+        for test in group.get("tests") or []:  # each TV test: the observed TV against its simulated null
+            null = test.get("null_histogram") if test.get("test") == "tv" else None
+            if not null:
+                continue
+            edges = null["edges"]
+            tv_fig = go.Figure(go.Bar(x=[(a + b) / 2 for a, b in zip(edges, edges[1:])], y=null["counts"],
+                                      name="TV under the null"))
+            tv_fig.add_vline(x=test["tv"], line_color="red", annotation_text=f"observed {test['tv']:.4f}")
+            tv_fig.add_vline(x=test["threshold"], line_dash="dash", annotation_text=f"threshold (alpha {test['alpha']:.2g})")
+            tv_fig.update_layout(title=f"{group['definition']}: TV of {test['n']} draws vs its null ({test.get('key')})",
+                                 xaxis_title="TV", yaxis_title="replicates", height=320, margin={"t": 50, "b": 40})
+            found.append((group["definition"], tv_fig, f"TV test: p = {test['p_value']:.3g}, detectable TV "
+                                                       f"{test.get('detectable_tv')}"))
         fig = go.Figure(go.Bar(x=[f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)], y=bins, name="PIT"))
         total = sum(bins)
         if total:

@@ -138,3 +138,20 @@ def test_cli_import_of_completions(tmp_path):
     assert result.exit_code == 1
     assert f"{bad}:2: /settings/top_p top_p must be in (0, 1], got 2" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "other").exists()
+
+
+def test_html_report_draws_tv_against_its_null_and_the_pit(tmp_path):
+    pytest.importorskip("plotly")
+    import ikdata
+    from ikdata.ops.report_html import sampling_figures
+    from ikdata.replay.runner import replay
+
+    rng = np.random.default_rng(5)
+    lines = [_line(draws=[{"seed": s, "token": f"token_id:{int(t)}"} for s, t in enumerate(_server_draws(200, rng))])]
+    import_completions(_write(tmp_path, lines), tmp_path / "ds")
+    report = replay(ikdata.open(tmp_path / "ds"), reuse=False).report
+    tv = report["sampling"][0]["tests"][0]
+    assert sum(tv["null_histogram"]["counts"]) == 20_000
+    figures = sampling_figures(report)
+    titles = [fig.layout.title.text for _, fig, _ in figures]
+    assert any("TV of 200 draws vs its null" in t for t in titles) and any("PIT histogram" in t for t in titles)
