@@ -16,16 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from ikdata.core import manifest as manifest_mod
 from ikdata.core.errors import BlobCorrupted, IkdataError, RemoteError, UsageError
-from ikdata.core.manifest import dataset_id
-from ikdata.remote.backend import BLOB_PREFIX, FILES_PREFIX, Backend, PublishConflict, file_object, parse_remote_manifest
-from ikdata.remote.connect import open_backend
 from ikdata.core.faults import checkpoint
+from ikdata.core.manifest import dataset_id
+from ikdata.core.store import BlobStore, digest_from_path, rehash_file
+from ikdata.remote.backend import (
+    BLOB_PREFIX,
+    FILES_PREFIX,
+    Backend,
+    PublishConflict,
+    file_object,
+    parse_remote_manifest,
+)
+from ikdata.remote.connect import open_backend
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload
 from ikdata.remote.url import RemoteOptions
-from ikdata.core.store import BlobStore, digest_from_path, rehash_file
 
 MAX_ATTEMPTS = 5
 
@@ -128,6 +134,11 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
             if base.data is not None:
                 remote_manifest = parse_remote_manifest(backend, base.data)
                 remote_id = dataset_id(remote_manifest)
+                if remote_id == local.dataset_id:
+                    # The remote already holds this dataset, and a manifest names only what is there
+                    # (it is published last): nothing to send, no listing (DESIGN.md contract 7).
+                    return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, len(local.blobs),
+                                      attempt, tuple(merged))
                 if (remote_id != local.dataset_id and remote_id not in merged
                         and not _contains(local, remote_manifest, remote_id, backend)):
                     if not rebase:
