@@ -16,22 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+
 from ikdata.core import manifest as manifest_mod
 from ikdata.core.errors import BlobCorrupted, IkdataError, RemoteError, UsageError
-from ikdata.core.faults import checkpoint
 from ikdata.core.manifest import dataset_id
-from ikdata.core.store import BlobStore, digest_from_path, rehash_file
-from ikdata.remote.backend import (
-    BLOB_PREFIX,
-    FILES_PREFIX,
-    Backend,
-    PublishConflict,
-    file_object,
-    parse_remote_manifest,
-)
+from ikdata.remote.backend import BLOB_PREFIX, FILES_PREFIX, Backend, PublishConflict, file_object, parse_remote_manifest
 from ikdata.remote.connect import open_backend
+from ikdata.core.faults import checkpoint
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload
 from ikdata.remote.url import RemoteOptions
+from ikdata.core.store import BlobStore, digest_from_path, rehash_file
 
 MAX_ATTEMPTS = 5
 
