@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.core.sampling import (ANY, LOGPROB_TOL, OK, REASONS, DEFAULT_TOL, Settings, implied, judge_logits)
+from ikdata.core.sampling import ANY, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings, judge_logits
+from ikdata.core.sampling_topk import implied
 from ikdata.core.sampling_stats import legendre, temperature_moments
 
 SMALL_KEPT = 64  # kept sets up to this size are recorded whole (their draws may form a TV test)

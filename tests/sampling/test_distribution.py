@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ikdata.core import sampling as S
+from ikdata.core.sampling_topk import implied
 from samplers import draw, kept_probs, logits
 
 W_MIN_P = [1, .5, .3, .05, .04, .02, .01, .005]  # top_p 0.8, min_p 0.1: hf keeps 3, vllm 2
@@ -63,7 +64,7 @@ def test_greedy_argmax_and_near_tie():
 def _implied(w, z=None, **settings):
     w = np.asarray(w, np.float64)
     z = w.sum() if z is None else z
-    return S.implied(np.log(w / z).tolist(), **settings)
+    return implied(np.log(w / z).tolist(), **settings)
 
 
 def test_top_k_list_each_reason():
@@ -73,9 +74,9 @@ def test_top_k_list_each_reason():
     assert _implied([1.0, 0.5, 0.4996, 0.1], 2.0, temperature=1.0, top_k=2).status == "boundary"
     assert _implied(W_MIN_P, 2.0, temperature=1.0, top_k=5, top_p=0.8, min_p=0.1).status == "min_p_order"
     assert _implied(W_TOP_P, 2.5, temperature=1.0, top_k=3, top_p=0.7).status == "top_p_order"
-    assert S.implied([0.5, -1.0], temperature=1.0).status == "bad_logprobs"
-    assert S.implied([], temperature=1.0).status == "bad_logprobs"
-    assert S.implied([float("nan"), -1.0], temperature=1.0).status == "bad_logprobs"
+    assert implied([0.5, -1.0], temperature=1.0).status == "bad_logprobs"
+    assert implied([], temperature=1.0).status == "bad_logprobs"
+    assert implied([float("nan"), -1.0], temperature=1.0).status == "bad_logprobs"
     # the whole vocabulary listed: nothing unlisted, so no cut is needed to prove the kept set
     assert _implied(W_MIN_P, temperature=1.0, vocab_size=len(W_MIN_P)).status == "ok"
     # greedy: argmax unless the top two are within the tolerance
@@ -89,7 +90,7 @@ def test_implied_matches_the_full_distribution_when_provable():
     for row in x:
         lp = row - np.log(np.exp(row).sum())
         top = np.sort(lp)[::-1][:20]
-        found = S.implied(top.tolist(), temperature=0.8, top_k=10, top_p=0.9)
+        found = implied(top.tolist(), temperature=0.8, top_k=10, top_p=0.9)
         if found.status != "ok":
             continue
         want = kept_probs(row[None], 0.8, 10, 0.9)[0]
@@ -119,7 +120,7 @@ def test_shipped_top_logprobs_reference_matches_implied():
     lp = np.log(np.asarray(W_MIN_P) / 2.0)[[3, 0, 5, 1, 2, 4, 6, 7]]  # listed in any order
     for settings in (dict(temperature=0.7, top_k=5), dict(temperature=1.0, top_k=6, top_p=0.8),
                      dict(temperature=0.0)):
-        found = S.implied(lp.tolist(), **settings)
+        found = implied(lp.tolist(), **settings)
         assert found.status == "ok", found
         got = run(torch.tensor(lp, dtype=torch.float32), settings["temperature"], settings.get("top_k", 0),
                   settings.get("top_p", 1.0), settings.get("min_p", 0.0), 0, torch.zeros(1, dtype=torch.int64))
