@@ -206,7 +206,8 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha < allowed or alpha >= 1:
         reasons.append(f"alpha {alpha!r} is below the required {allowed} (a smaller alpha misses more)")
     if judge and spec.get("order") != judge.get("order", "any"):
-        reasons.append(f"judged with cut order {spec.get('order')!r}, the definition declares {judge.get('order', 'any')!r}")
+        reasons.append(f"judged with cut order {spec.get('order')!r}, the definition declares "
+                       f"{judge.get('order', 'any')!r}")
     if found.get("outside"):
         reasons.append(f"{found.get('outside')} drawn token(s) outside the kept set")
     if found.get("too_small"):

@@ -98,7 +98,8 @@ def test_import_rechecks_sampling_verdicts_and_shards_combine(tmp_path):
     from ikdata.replay.runner import replay
 
     rng = np.random.default_rng(4)
-    lines = [_line(draws=[{"seed": s + 1000 * i, "token": f"token_id:{int(t)}"} for s, t in enumerate(_server_draws(300, rng))],
+    lines = [_line(draws=[{"seed": s + 1000 * i, "token": f"token_id:{int(t)}"}
+                          for s, t in enumerate(_server_draws(300, rng))],
                    prompt=f"prompt {i}") for i in range(3)]
     import_completions(_write(tmp_path, lines), tmp_path / "ds")
     ds = ikdata.open(tmp_path / "ds")
@@ -107,7 +108,8 @@ def test_import_rechecks_sampling_verdicts_and_shards_combine(tmp_path):
     shards = [replay(ikdata.open(tmp_path / "ds"), shard=f"{i}/2", reuse=False).report for i in (1, 2)]
     combined = combine(shards)
     assert [c["status"] for c in combined["cases"]] == ["passed"] * 3
-    assert [t["p_value"] for t in combined["sampling"][0]["tests"]] == [t["p_value"] for t in whole["sampling"][0]["tests"]]
+    p_values = [t["p_value"] for t in whole["sampling"][0]["tests"]]
+    assert [t["p_value"] for t in combined["sampling"][0]["tests"]] == p_values
     resumed = replay(ikdata.open(tmp_path / "ds"), resume=True, reuse=False).report
     assert resumed["sampling"][0]["tests"] == whole["sampling"][0]["tests"]
     result = import_dataset(tmp_path / "ds", tmp_path / "shared")
