@@ -150,13 +150,13 @@ def _file(draw) -> bytes:
     return struct.pack("<Q", len(header)) + header + bytes(size) + extra
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_file())
 def test_ikdata_and_safetensors_agree_on_every_header(data: bytes) -> None:
     assert _ikdata_accepts(data) == _safetensors_accepts(data), data[:400]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(st.binary(max_size=64))
 def test_ikdata_and_safetensors_agree_on_random_bytes(tail: bytes) -> None:
     for data in (tail, struct.pack("<Q", len(tail)) + tail, struct.pack("<Q", max(0, len(tail) - 4)) + tail):
