@@ -26,11 +26,19 @@ def print_trajectory(document: dict[str, Any]) -> None:
                  f"{'stored in the dataset' if model['stored'] else 'recorded by digests (not stored)'}")
     out.info("steps per stream: " + ", ".join(f"{s}={n}/{document['expected_steps']}"
                                              for s, n in document["steps"].items()))
-    out.table("steps", ["step", "stream", "t", "sigma", "next", "x", "out", "x_next", "workloads"],
-              [(s["index"], s["stream"], _num(s["timestep"]), _num(s["sigma"]), _num(s["sigma_next"]),
-                s["x"]["digest"][:8], s["out"]["digest"][:8], s["x_next"]["digest"][:8],
-                " ".join(f"{k}:{len(v)}" for k, v in s["workloads"].items()))
-               for s in document["steps_detail"]])
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="steps (digests of x, out, x_next; workloads: step = scheduler step, den = denoiser)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in ("step", "stream", "t", "sigma", "next", "x", "out", "x_next", "work"):  # fits 80 columns
+        table.add_column(column, no_wrap=True)
+    for s in document["steps_detail"]:
+        table.add_row(str(s["index"]), s["stream"], _num(s["timestep"]), _num(s["sigma"]), _num(s["sigma_next"]),
+                      s["x"]["digest"][:8], s["out"]["digest"][:8], s["x_next"]["digest"][:8],
+                      " ".join(_SHORT.get(k, k) + (f"x{len(v)}" if len(v) > 1 else "")
+                               for k, v in sorted(s["workloads"].items(), reverse=True)))
+    out.console.print(table)
     reasons: dict[str, set] = {}
     for s in document["steps_detail"]:
         for kind, why in s["skipped"].items():
@@ -50,6 +58,9 @@ def trajectory_line(counts: dict[str, Any]) -> str | None:
     per = ", ".join(f"{k} {v}" for k, v in sorted(counts["per_pipeline"].items()))
     return (f"trajectories {counts['trajectories']} ({per}) · steps {counts['steps']} · "
             f"incomplete {counts['incomplete']} · models {counts['models']}")
+
+
+_SHORT = {"scheduler_step": "step", "denoiser": "den"}
 
 
 def _num(value: Any) -> str:
