@@ -43,6 +43,7 @@ class StepCapture:
     out: Blob
     x_next: Blob
     scheduler_step: str | None = None  # the definition name, or None with a reason in skipped
+    step_scalars: dict[str, float] = field(default_factory=dict)  # the step definition's scalar inputs
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -126,8 +127,10 @@ class TrajectoryRecorder:
         self.last_next[stream] = (x_next_tensor, x_next_tensor._version, x_next)
         sigma, sigma_next = _sigmas(sched)
         capture = StepCapture(index, stream, _number(timestep), sigma, sigma_next, x, out, x_next)
-        capture.scheduler_step = _scheduler_step_definition(sched, kwargs, sample, model_output, x_next_tensor,
-                                                            sigma, capture.skipped)
+        found = _scheduler_step_definition(sched, args, kwargs, timestep, sample, model_output, x_next_tensor,
+                                           sigma, sigma_next, capture.skipped)
+        if found is not None:
+            capture.scheduler_step, capture.step_scalars = found
         nbytes = out.nbytes + x_next.nbytes + (0 if reused else x.nbytes)
         # --max-bytes applies (shared with operator capture); --max-per-definition does not: a name per step
         refusal = self.capturer.ledger.reserve(f"trajectory-step:{stream}:{index}",
@@ -319,22 +322,39 @@ def _sigmas(sched: Any) -> tuple[float | None, float | None]:
     return float(sigmas[j]), float(sigmas[j + 1])
 
 
-def _scheduler_step_definition(sched: Any, kwargs: dict, x: Any, out: Any, x_next: Any, sigma: float | None,
-                               skipped: dict[str, str]) -> str | None:
+def _scheduler_step_definition(sched: Any, args: tuple, kwargs: dict, timestep: Any, x: Any, out: Any,
+                               x_next: Any, sigma: float | None, sigma_next: float | None,
+                               skipped: dict[str, str]) -> tuple[str, dict[str, float]] | None:
+    """The shipped step definition this step is a workload of, with its scalar inputs; or None, with why in
+    ``skipped``: flow-matching Euler (deterministic) and DDIM (eta = 0, epsilon prediction)."""
     names = {c.__name__ for c in type(sched).__mro__}
     dtypes = {str(x.dtype), str(out.dtype), str(x_next.dtype)}
     suffix = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
-    if "FlowMatchEulerDiscreteScheduler" not in names:
-        skipped["scheduler_step"] = f"no shipped step definition for {type(sched).__name__}"
-    elif sched.config.get("stochastic_sampling") or kwargs.get("per_token_timesteps") is not None:
-        skipped["scheduler_step"] = "stochastic sampling or per-token timesteps: not the deterministic Euler step"
-    elif sigma is None:
-        skipped["scheduler_step"] = "the scheduler's sigmas were not readable"
-    elif len(dtypes) != 1 or next(iter(dtypes)) not in suffix or tuple(x.shape) != tuple(out.shape) or \
+    config = sched.config
+    if len(dtypes) != 1 or next(iter(dtypes)) not in suffix or tuple(x.shape) != tuple(out.shape) or \
             not 2 <= x.dim() <= 5:
         skipped["scheduler_step"] = f"x, out and x_next differ in dtype or shape ({sorted(dtypes)})"
+    elif "FlowMatchEulerDiscreteScheduler" in names:
+        if config.get("stochastic_sampling") or kwargs.get("per_token_timesteps") is not None:
+            skipped["scheduler_step"] = "stochastic sampling or per-token timesteps: not the deterministic Euler step"
+        elif sigma is None or sigma_next is None:
+            skipped["scheduler_step"] = "the scheduler's sigmas were not readable"
+        else:
+            return f"flow_euler_step_r{x.dim()}_{suffix[str(x.dtype)]}", {"sigma": sigma, "sigma_next": sigma_next}
+    elif type(sched).__name__ == "DDIMScheduler":
+        eta = kwargs.get("eta", args[3] if len(args) > 3 else 0.0)
+        if eta or config.get("prediction_type") != "epsilon" or config.get("thresholding") or \
+                str(x.dtype) != "torch.float32" or not 3 <= x.dim() <= 5:
+            skipped["scheduler_step"] = "DDIM with eta > 0, another prediction type, thresholding or not float32"
+        else:
+            t = int(timestep)
+            prev = t - config.num_train_timesteps // sched.num_inference_steps
+            a_prev = sched.alphas_cumprod[prev] if prev >= 0 else sched.final_alpha_cumprod
+            clip = float(config.clip_sample_range) if config.get("clip_sample") else 0.0
+            return f"ddim_step_r{x.dim()}_f32", {"alpha_prod_t": float(sched.alphas_cumprod[t]),
+                                                 "alpha_prod_t_prev": float(a_prev), "clip_sample_range": clip}
     else:
-        return f"flow_euler_step_r{x.dim()}_{suffix[str(x.dtype)]}"
+        skipped["scheduler_step"] = f"no shipped step definition for {type(sched).__name__}"
     return None
 
 

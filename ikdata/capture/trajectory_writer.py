@@ -214,11 +214,11 @@ def _step_workloads(rec: Any, steps: list, writer: DatasetWriter, facts: dict) -
         if step.scheduler_step is None:
             continue
         definition = definitions[step.scheduler_step]
-        inputs = {"x": step.x.put().ref, "out": step.out.put().ref, "sigma": Scalar(step.sigma),
-                  "sigma_next": Scalar(step.sigma_next)}
+        inputs = {"x": step.x.put().ref, "out": step.out.put().ref,
+                  **{n: Scalar(v) for n, v in step.step_scalars.items()}}
         outputs = {"x_next": step.x_next.put().ref}
         axes = definition.bind({"x": step.x.shape, "out": step.out.shape, "x_next": step.x_next.shape,
-                                "sigma": None, "sigma_next": None},
+                                **{n: None for n in step.step_scalars}},
                                tensors=[*definition.inputs, *definition.outputs])
         uuid = _add(writer, definition, axes, inputs, outputs, rows, receipts,
                     {**facts, "step": step.index, "variant": step.stream,

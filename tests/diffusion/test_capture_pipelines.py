@@ -99,6 +99,27 @@ def test_scheduler_step_workloads_replay_exactly(capture_into, tmp_path):
     assert len(denoisers) == 2 and all(rows[u].definition == "ltx2_av_transformer_f32" for u in denoisers)
 
 
+def test_ddim_step_workloads_replay_exactly(capture_into, tmp_path):
+    """The image pipeline's DDIM steps are workloads too (eta = 0): recomputed bit for bit without weights."""
+    import torch
+
+    from ikdata.core.dataset import Dataset
+    from ikdata.core.definitions import load_reference
+
+    capture_into()
+    pipe, kwargs = tiny.ddim(steps=3)
+    pipe(**kwargs)
+    [record] = trajectories(tmp_path / "ds")
+    ds = Dataset.open(tmp_path / "ds")
+    rows = {r.uuid: r for r in ds.workloads()}
+    receipts = {r.uuid: r for r in ds.receipts()}
+    for step in record["steps"]:
+        [uuid] = step["workloads"]["scheduler_step"]
+        run = load_reference(ds.trusted_definitions[rows[uuid].definition])
+        assert rows[uuid].definition == "ddim_step_r4_f32"
+        assert torch.equal(run(**ds.load_inputs(rows[uuid])), ds.load_expected(receipts[uuid])["x_next"])
+
+
 def test_denoiser_reference_reproduces_the_output_with_the_stored_model(capture_into, tmp_path):
     """The denoiser workload's reference, given the model rebuilt from the dataset (record + weight blobs)."""
     import orjson
