@@ -87,8 +87,15 @@ def main() -> None:
     if trajectory:
         run("show the trajectory", ["show", str(clip), trajectory[:12]], steps)
         run("lineage of its step 0 (video)", ["lineage", str(clip), f"{trajectory[:12]}:0:video"], steps)
+    # judge every step against the reference's own floor, check the clip, and draw it
+    run("replay the clip: steps vs floor, decode check", ["replay", str(clip), "--pipeline",
+                                                          f"{examples / 'tiny_video.py'}:build", "--clip",
+                                                          str(out / "clip.mp4")], steps)
+    page = out / "clip-report.html"
+    run("draw the clip's replay report", ["report", str(clip), "--html", str(page)], steps)
     summary(steps)
     print(f"\nDatasets are in {out}. Try: ikdata show {shared} {listing[0]['uuid'][:8] if listing else 'UUID'}")
+    print(f"The clip's replay report, drawn: {page} (open it in a browser)")
 
 
 if __name__ == "__main__":

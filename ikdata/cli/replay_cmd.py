@@ -62,7 +62,7 @@ def replay_command(
             "--attention", help="Diffusion: the reference's attention (sdpa, math, eager).")] = "sdpa",
         floor_attention: Annotated[str, typer.Option(
             "--floor-attention", help="Diffusion: the other exact attention the floor is measured with "
-            "(sdpa, math, eager; 'none': no floor, the definition's tolerance).")] = "eager",
+            "(sdpa-reversed, math, eager, sdpa; 'none': no floor, the definition's tolerance).")] = "sdpa-reversed",
         floor_k: Annotated[Optional[float], typer.Option(
             "--floor-k", help="Diffusion: a step passes when e <= k*f + eps (default 4).")] = None,
         floor_eps: Annotated[Optional[float], typer.Option(

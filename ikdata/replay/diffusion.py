@@ -33,12 +33,13 @@ from ikdata.core import noise as noise_mod
 from ikdata.core import trajectories as traj_mod
 from ikdata.core import trajectory_verdicts as rules
 from ikdata.core.errors import RecordError, UsageError
-from ikdata.core.records import TensorRef
+from ikdata.core.records import Scalar, TensorRef
 from ikdata.core.store import digest_from_path
 from ikdata.replay import families, floor
 
 PREFIX = "trajectory:"
 DENOISER_TAG = "ikdata:needs-model"
+CACHE_BYTES = 1 << 30  # verified tensors kept per run: conditioning repeats across steps, x is the last x_next
 FALLBACK_TOLERANCE = 1e-5  # a degenerate floor: the shipped denoiser definitions' float32 closeness
 
 
@@ -138,7 +139,6 @@ class RunnerHooks:
     """The replay runner's functions this judge uses (passed in: the runner imports this module, not back)."""
 
     load_tensor: Callable[..., tuple[torch.Tensor, str]]  # (run, TensorRef, where) -> (tensor, digest), verified
-    load_all: Callable[..., tuple[dict, dict]]  # (run, specs, descriptors, where) -> (values, digests)
     reference: Callable[..., Any]  # (run, definition, row) -> the trusted reference's run, or None if refused
     name_outputs: Callable[..., dict]  # (definition, returned) -> {output name: value}
 
@@ -153,11 +153,25 @@ class _Context:
         self.rows = {row.uuid: row for row in run.ds.workloads()}
         self._pipeline: Any = None
         self.pipeline_error: str | None = None
+        self._tensors: dict[str, torch.Tensor] = {}  # digest -> verified tensor (conditioning, x = last x_next)
+        self._cached_bytes = 0
+        self.models: dict[str, dict[str, Any]] = {}  # model digest -> {"record", "state_dict"}
 
     def tensor(self, ref: Mapping[str, Any] | TensorRef, where: str) -> torch.Tensor:
         if not isinstance(ref, TensorRef):
             ref = TensorRef(ref["path"], ref.get("tensor_key", "tensor"))
-        return self.hooks.load_tensor(self.run, ref, where)[0]
+        digest = digest_from_path(ref.path)
+        if digest is not None and digest in self._tensors:
+            return self._tensors[digest]  # verified once: the same content, by its name
+        tensor, found = self.hooks.load_tensor(self.run, ref, where)
+        if digest is not None and found == digest:
+            size = tensor.numel() * tensor.element_size()
+            if self._cached_bytes + size > CACHE_BYTES:
+                self._tensors.clear()
+                self._cached_bytes = 0
+            self._tensors[digest] = tensor
+            self._cached_bytes += size
+        return tensor
 
     def pipeline(self) -> Any:
         if self._pipeline is None and self.pipeline_error is None and self.settings.pipeline:
@@ -179,10 +193,14 @@ def _model(ctx: _Context, record: Mapping[str, Any]) -> dict[str, Any]:
     if not summary:
         raise RecordError("the trajectory names no denoiser model; it cannot be replayed step by step",
                           path=traj_mod.TRAJECTORIES_DIR)
+    if summary["digest"] in ctx.models:
+        return ctx.models[summary["digest"]]
     model = models.read_record(ctx.run.ds.root, summary["record"])
     if model.stored:
-        state = {n: ctx.tensor(TensorRef(p), model.source) for n, p in model.blob_paths().items()}
-        return {"record": dict(model.record), "state_dict": state}
+        state = {n: ctx.hooks.load_tensor(ctx.run, TensorRef(p), model.source)[0]
+                 for n, p in model.blob_paths().items()}
+        ctx.models[model.digest] = {"record": dict(model.record), "state_dict": state}
+        return ctx.models[model.digest]
     pipe = ctx.pipeline()
     module = getattr(pipe, summary.get("component") or "transformer", None) if pipe is not None else None
     if module is None:
@@ -278,7 +296,11 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     for step in record["steps"]:
         steps_by_index.setdefault(step["index"], {})[step["stream"]] = step
     for index in sorted(steps_by_index):
-        measures["steps"] += _step(ctx, traj, index, steps_by_index[index], io, model, sched, reference, measures)
+        started = time.perf_counter()
+        rows = _step(ctx, traj, index, steps_by_index[index], io, model, sched, reference, measures)
+        for row in rows:  # the step's whole time (loads, forwards, measures), shared by its streams
+            row["seconds"] = time.perf_counter() - started
+        measures["steps"] += rows
     return measures
 
 
@@ -364,10 +386,24 @@ def _conditioning(ctx: _Context, step: dict, where: str) -> tuple[Any, dict, dic
     definition = ctx.run.ds.definitions.get(row.definition)
     if definition is None:
         raise RecordError(f"step {step['index']}: no definition {row.definition!r}", path=where)
-    load_all = ctx.hooks.load_all
-    inputs, _ = load_all(ctx.run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
-    outputs, _ = load_all(ctx.run, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}")
-    return definition, inputs, outputs
+    return (definition, _values(ctx, definition.inputs, row.inputs, f"{row.source}:{row.line}"),
+            _values(ctx, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}"))
+
+
+def _values(ctx: _Context, specs: Mapping[str, Any], descriptors: Mapping[str, Any], where: str) -> dict[str, Any]:
+    missing = [n for n in specs if n not in descriptors]
+    if missing:
+        raise RecordError(f"no descriptor for {missing}; the definition needs {list(specs)}", path=where)
+    values = {}
+    for name in specs:
+        descriptor = descriptors[name]
+        if isinstance(descriptor, TensorRef):
+            values[name] = ctx.tensor(descriptor, where)
+        elif isinstance(descriptor, Scalar):
+            values[name] = descriptor.value
+        else:
+            raise RecordError(f"{name!r} is a 'random' input, which has no data to replay", path=where)
+    return values
 
 
 def _forward(ctx: _Context, definition: Any, inputs: dict, model: dict, attention: str) -> dict[str, torch.Tensor]:

@@ -203,7 +203,7 @@ def _judge_trajectories(run: _Run, shard: Shard | None, settings: Any) -> None:
     from ikdata.replay import diffusion
 
     if files(run.ds.root):
-        hooks = diffusion.RunnerHooks(_load_tensor, _load_all, _reference, _name_outputs)
+        hooks = diffusion.RunnerHooks(_load_tensor, _reference, _name_outputs)
         diffusion.judge_all(run, hooks, shard=shard, settings=settings)
 
 

@@ -91,7 +91,7 @@ def test_the_page_draws_e_and_f_per_step_on_a_log_scale_chain_and_psnr(drawn):
     for stream in ("video", "audio"):
         assert f"{stream}: e and f per step" in text
     ef = [n for n in names if n and n[0] == "e (engine vs reference)"]
-    assert len(ef) == 2 and all(n[1].startswith("f (floor: sdpa vs eager)") and n[2].startswith("bound") for n in ef)
+    assert len(ef) == 2 and all(n[1].startswith("f (floor: sdpa vs sdpa-reversed)") and n[2].startswith("bound") for n in ef)
     assert sum(n == ["chain error", "chain bound"] for n in names) == 2
     assert ["PSNR per frame"] in names
     assert ["e (engine vs reference)"] not in names

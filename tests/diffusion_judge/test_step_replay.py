@@ -24,7 +24,7 @@ def test_the_reference_passes_every_step_within_its_floor(reference_capture, tmp
     assert {s["stream"] for s in m["steps"]} == {"video", "audio"}
     assert all(s["e"] <= s["bound"] for s in m["steps"])
     assert m["level"] == "step output"  # the guidance was rebuilt: e compares the out the scheduler consumed
-    assert m["attention"] == {"reference": "sdpa", "alt": "eager"} and m["k"] == 4.0 and m["eps"] == 1e-6
+    assert m["attention"] == {"reference": "sdpa", "alt": "sdpa-reversed"} and m["k"] == 4.0 and m["eps"] == 1e-6
     assert all(c["equal"] for c in m["continuity"]) and len(m["continuity"]) == 2 * STEPS
     assert m["noise"] == {s: {"equal": True, "rel": 0.0, "method": "sorted values"} for s in ("video", "audio")}
     assert not m["schedule"]["stopped"] and len(m["schedule"]["reference_sigmas"]) == STEPS
