@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="Bare/captured pairs per program.")
     parser.add_argument("--ikdata-path", help="Another checkout whose ikdata is measured instead.")
     args = parser.parse_args()
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # bytecode caches as a user has them
     env.pop("IKDATA_CAPTURE", None)
     if args.ikdata_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.ikdata_path, env.get("PYTHONPATH")]))
