@@ -94,7 +94,7 @@ class WeightCache:
         >>> cache = WeightCache()
         >>> cache.put(w, BlobHandle(w.clone()))
         >>> handle, check = cache.lookup(w)    # engine thread: same object, version, storage
-        >>> cache.verify(check, handle.digest)  # writer thread: rehash the live bytes
+        >>> handle.store(store); cache.verify(check)  # writer thread: rehash the live bytes
     """
 
     def __init__(self, *, min_bytes: int = DEFAULT_MIN_BYTES) -> None:
