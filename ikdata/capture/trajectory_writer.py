@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from ikdata.core import jsonl, models, schema
-from ikdata.core.dataset import RECEIPTS
 from ikdata.core.definitions import workloads_relpath
 from ikdata.core.errors import RecordError
 from ikdata.core.locking import dataset_lock
@@ -192,10 +191,7 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
     if problems:
         raise RecordError("; ".join(f"{p.pointer} {p.message}" for p in problems[:5]), path=relative)
     with dataset_lock(root, exclusive=False):
-        for path, lines in rows.items():
-            jsonl.append(root / path, lines)
-        if receipts:
-            jsonl.append(root / RECEIPTS, receipts)
+        writer.append_records(rows, receipts)  # the one writer of rows and receipts: rows first (core/writer.py)
         jsonl.append(root / relative, [record])
     return record["trajectory"]
 

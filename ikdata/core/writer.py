@@ -209,13 +209,18 @@ class DatasetWriter:
         rows: dict[str, list[dict]] = {}
         for result in results:
             rows.setdefault(result.path, []).append(result.row.to_dict())
+        self.append_records(rows, [r.receipt.to_dict() for r in results])
+
+    def append_records(self, rows: Mapping[str, Sequence[dict]], receipts: Sequence[dict]) -> None:
+        """:meth:`append` for records already made: workload file (relative) -> rows, and receipts."""
         written: list[tuple[Path, tuple[int, int]]] = []
         try:
             for path, records in rows.items():
-                written.append((self.root / path, jsonl.append(self.root / path, records)))
+                if records:
+                    written.append((self.root / path, jsonl.append(self.root / path, records)))
             faults.checkpoint("rows-appended")
-            if results:
-                jsonl.append(self.root / RECEIPTS, [r.receipt.to_dict() for r in results])
+            if receipts:
+                jsonl.append(self.root / RECEIPTS, receipts)
         except OSError as exc:
             kept = [str(path) for path, (start, end) in written if not jsonl.truncate_tail(path, start, end)]
             if kept:
