@@ -29,20 +29,26 @@ def dumps(record: Any) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
 
 
-def append(path: str | os.PathLike, records: Iterable[Any], *, fsync: bool = True) -> None:
-    """Append records as whole lines, atomically with respect to other appenders."""
+def append(path: str | os.PathLike, records: Iterable[Any], *, fsync: bool = True) -> tuple[int, int]:
+    """Append records as whole lines, atomically with respect to other appenders.
+
+    All or nothing: if the write fails part-way (disk full, file-size limit), the bytes
+    already written are cut off again before the error is raised. Returns the file's
+    size before and after the append, for :func:`truncate_tail`.
+    """
     payload = b"".join(dumps(r) + b"\n" for r in records)
     if not payload:
-        return
+        return 0, 0
     try:
-        _append(Path(path), payload, fsync=fsync)
+        return _append(Path(path), payload, fsync=fsync)
     except FileSystemError:
         raise
-    except OSError as exc:  # one line naming the file
+    except OSError as exc:  # one line naming the file; _append already cut off any partial write
         raise FileSystemError(exc, operation="append to", filename=path) from exc
 
 
-def _append(path: Path, payload: bytes, *, fsync: bool) -> None:
+def _append(path: Path, payload: bytes, *, fsync: bool) -> tuple[int, int]:
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides
     try:
@@ -51,10 +57,32 @@ def _append(path: Path, payload: bytes, *, fsync: bool) -> None:
         if size and os.pread(fd, 1, size - 1) != b"\n":
             payload = b"\n" + payload  # isolate a torn line left by a killed writer
         view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-        if fsync:
-            os.fsync(fd)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)  # never leave a torn line of our own behind
+            raise
+        return size, size + len(payload)
+    finally:
+        os.close(fd)
+
+
+def truncate_tail(path: str | os.PathLike, start: int, end: int) -> bool:
+    """Undo an append that :func:`append` reported as ``(start, end)``, if nothing was appended after it.
+
+    Returns False (and changes nothing) when the file no longer ends at ``end``.
+    """
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_size != end:
+            return False
+        os.ftruncate(fd, start)
+        os.fsync(fd)
+        return True
     finally:
         os.close(fd)
 
