@@ -12,10 +12,12 @@ that does not find the loose file looks the digest up here (nothing outside the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import mmap
 import os
+import re
 import struct
 import threading
 from collections.abc import Iterable, Iterator
@@ -30,7 +32,10 @@ from ikdata.core.digest import tensor_digest, tensor_prefix
 from ikdata.core.errors import BlobCorrupted, StoreError
 from ikdata.core.problems import Problem
 from ikdata.core.safetensors_format import (
+    BITS_BY_CODE,
     DTYPES,
+    MAX_HEADER_BYTES,
+    TORCH_NAME_BY_CODE,
     FormatError,
     TensorEntry,
     encode_header,
@@ -65,11 +70,21 @@ class PackedBlob:
     @property
     def loose_size(self) -> int:
         """The size the canonical loose blob of this tensor has (what the manifest's blob set counts)."""
-        return len(encode_header(self.dtype, self.shape, self.length)) + self.length
+        return _header_size(self.dtype, self.shape, self.length) + self.length
 
     def loose_bytes(self, data: Any) -> list[Any]:
         """The chunks of the canonical loose blob, given this tensor's data."""
         return [encode_header(self.dtype, self.shape, self.length), data]
+
+
+@functools.lru_cache(maxsize=4096)
+def _header_size(dtype: str, shape: tuple[int, ...], length: int) -> int:
+    return len(encode_header(dtype, shape, length))
+
+
+@functools.lru_cache(maxsize=4096)
+def _prefix(dtype: str, shape: tuple[int, ...]) -> bytes:
+    return tensor_prefix(dtype, shape)
 
 
 def pack_dir(root: str | os.PathLike) -> Path:
@@ -134,18 +149,57 @@ def index_from_pack(path: str | os.PathLike) -> dict[str, Any]:
                         for e in sorted(entries, key=lambda e: e.key)}}
 
 
+_NUMBER = rb"(?:0|[1-9][0-9]{0,18})"
+_PACK_ENTRY = (rb'"[0-9a-f]{64}":\{"dtype":"[A-Z0-9_]{1,16}","shape":\[(?:N(?:,N)*)?\],"data_offsets":\[N,N\]\}'
+               .replace(b"N", _NUMBER))
+_PACK_HEADER = re.compile(rb"\{(?:E(?:,E)*)?\} *".replace(b"E", _PACK_ENTRY))
+
+
 def _pack_entries(path: Path) -> list[TensorEntry]:
+    """The tensors of a pack, checked as strictly as safetensors checks them. A header in the form
+    ikdata writes (digest keys in increasing order, compact JSON) is read by one regular expression
+    and orjson; any other goes through the full parser of :mod:`ikdata.core.safetensors_format`."""
     try:
         with open(path, "rb") as stream:
             size = os.fstat(stream.fileno()).st_size
             head = stream.read(8)
             if len(head) == 8:
                 head += stream.read(min(int.from_bytes(head, "little"), size))
-        return parse_header(head, size)
+        fast = _fast_pack_header(head, size)
+        return fast if fast is not None else parse_header(head, size)
     except FormatError as exc:
         raise PackError(f"{path}: not a readable pack: {exc}", path=str(path)) from exc
     except OSError as exc:
         raise PackError(f"{path}: cannot read: {exc.strerror or exc}", path=str(path)) from exc
+
+
+def _fast_pack_header(head: bytes, size: int) -> list[TensorEntry] | None:
+    """Entries of a header in ikdata's own pack form, or None to send it to the full parser (which
+    also gives the precise error for anything wrong)."""
+    if len(head) < 8:
+        return None
+    length = int.from_bytes(head[:8], "little")
+    if length > MAX_HEADER_BYTES or 8 + length > size or len(head) < 8 + length:
+        return None
+    raw = head[8:8 + length]
+    if _PACK_HEADER.fullmatch(raw) is None:
+        return None
+    entries, position, previous = [], 0, ""
+    base = 8 + length
+    for key, spec in orjson.loads(raw).items():
+        code, shape, (start, end) = spec["dtype"], tuple(spec["shape"]), spec["data_offsets"]
+        bits, name = BITS_BY_CODE.get(code), TORCH_NAME_BY_CODE.get(code)
+        count = 1
+        for n in shape:
+            count *= n
+        if key <= previous or bits is None or name is None or start != position or (count * bits) % 8 \
+                or end - start != count * bits // 8:
+            return None  # duplicate or unordered keys, unknown dtype, gap, overlap or wrong size: be precise
+        entries.append(TensorEntry(key, name, shape, base + start, base + end))
+        position, previous = end, key
+    if base + position != size:
+        return None
+    return entries
 
 
 def _is_digest(text: str) -> bool:
@@ -323,6 +377,9 @@ def check_pack(root: str | os.PathLike, index: str, blobs: list[PackedBlob], *, 
     root = Path(root)
     pack = blobs[0].pack if blobs else index[:-len(INDEX_SUFFIX)] + PACK_SUFFIX
     problems: list[Problem] = []
+    if blobs and _header_matches(root / pack, blobs):  # the usual case: no header parse needed
+        ranges = [(b.digest, b.dtype, b.shape, b.offset, b.offset + b.length) for b in blobs]
+        return _hash_ranges(root, pack, index, ranges, deep, jobs, problems)
     try:
         entries = {e.key: e for e in _pack_entries(root / pack)}
     except PackError as exc:
@@ -345,20 +402,52 @@ def check_pack(root: str | os.PathLike, index: str, blobs: list[PackedBlob], *, 
                                     code="bad-pack-index"))
         else:
             agreed.append(entry)
+    ranges = [(e.key, e.dtype, e.shape, e.start, e.end) for e in agreed]
+    return _hash_ranges(root, pack, index, ranges, deep, jobs, problems)
+
+
+def _header_matches(path: Path, blobs: list[PackedBlob]) -> bool:
+    """Whether the pack's header is byte for byte the one ikdata writes for what the index lists
+    (then header and index agree on every tensor, and the data covers the file exactly)."""
+    try:
+        with open(path, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            length = int.from_bytes(stream.read(8), "little")
+            if length > MAX_HEADER_BYTES or 8 + length > size:
+                return False
+            raw = stream.read(length)
+    except OSError:
+        return False
+    base = 8 + length
+    header, end = {}, 0
+    for blob in sorted(blobs, key=lambda b: b.digest):
+        if blob.offset - base != end:
+            return False
+        end = blob.offset - base + blob.length
+        header[blob.digest] = {"dtype": DTYPES[blob.dtype][0], "shape": list(blob.shape),
+                               "data_offsets": [blob.offset - base, end]}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return text == raw and base + end == size and len(header) == len(blobs)
+
+
+def _hash_ranges(root: Path, pack: str, index: str, ranges: list[tuple], deep: bool, jobs: int,
+                 problems: list[Problem]) -> PackCheck:
+    """Hash each (digest, dtype, shape, start, end) of a pack (``deep``) and name every mismatch."""
     if not deep:
-        return PackCheck(pack, index, tuple(e.key for e in agreed), tuple(problems))
+        return PackCheck(pack, index, tuple(r[0] for r in ranges), tuple(problems))
     bad = set()
-    if agreed:
-        digests = _hash_entries(root / pack, agreed, jobs)
-        for entry, found in zip(agreed, digests):
-            if found != entry.key:
-                bad.add(entry.key)
-                problems.append(Problem(pack, f"tensor {entry.key} hashes to {found}: the pack is corrupt; restore it "
+    if ranges:
+        digests = _hash_entries(root / pack, ranges, jobs)
+        for (key, *_), found in zip(ranges, digests):
+            if found != key:
+                bad.add(key)
+                problems.append(Problem(pack, f"tensor {key} hashes to {found}: the pack is corrupt; restore it "
                                         "from where the dataset came from", code="digest-mismatch"))
-    return PackCheck(pack, index, tuple(e.key for e in agreed if e.key not in bad), tuple(problems))
+    return PackCheck(pack, index, tuple(r[0] for r in ranges if r[0] not in bad), tuple(problems))
 
 
-def _hash_entries(path: Path, entries: list[TensorEntry], jobs: int) -> list[str]:
+def _hash_entries(path: Path, entries: list[tuple], jobs: int) -> list[str]:
     with open(path, "rb") as stream:
         size = os.fstat(stream.fileno()).st_size
         if size == 0:
@@ -366,11 +455,11 @@ def _hash_entries(path: Path, entries: list[TensorEntry], jobs: int) -> list[str
         with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             view = memoryview(mapped)
             try:
-                def run(group: list[TensorEntry]) -> list[str]:
+                def run(group: list[tuple]) -> list[str]:
                     out = []
-                    for e in group:
-                        h = hashlib.sha256(tensor_prefix(e.dtype, e.shape))
-                        h.update(view[e.start:e.end])
+                    for _, dtype, shape, start, end in group:
+                        h = hashlib.sha256(_prefix(dtype, shape))
+                        h.update(view[start:end])
                         out.append(h.hexdigest())
                     return out
 
@@ -393,6 +482,21 @@ def iter_packed(root: str | os.PathLike) -> Iterator[PackedBlob]:
         yield found.blobs[digest]
 
 
+
+
+def check_packs(root: str | os.PathLike, found: PackSet, *, deep: bool = True,
+                jobs: int | None = None) -> list[PackCheck]:
+    """:func:`check_pack` for every published pack, in index order. With at least as many packs as
+    threads, whole packs go to the threads (one pack's header is parsed while another's tensors
+    are hashed); fewer packs are each hashed on every thread."""
+    jobs = jobs or os.cpu_count() or 1
+    items = list(found.listed.items())
+    if len(items) < jobs or jobs == 1:
+        return [check_pack(root, index, list(blobs), deep=deep, jobs=jobs) for index, blobs in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda item: check_pack(root, item[0], list(item[1]), deep=deep, jobs=1), items))
 
 
 def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: dict[str, Any],
@@ -419,15 +523,16 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
     verified: set[str] = set()
     failed: dict[str, str] = {}
     rehashed = 0
-    for index, blobs in found.listed.items():
-        result = check_pack(root, index, list(blobs), deep=deep, jobs=jobs)
+    for result in check_packs(root, found, deep=deep, jobs=jobs):
+        blobs = found.listed[result.index]
         problems.extend(result.problems)
-        verified.update(result.verified)
+        ok = set(result.verified)
+        verified |= ok
         if deep:
             rehashed += len(blobs)
         for blob in blobs:
-            if blob.digest not in result.verified:
-                failed.setdefault(blob.digest, f"its packed copy in {blob.pack} failed its check (see {index})")
+            if blob.digest not in ok:
+                failed.setdefault(blob.digest, f"its packed copy in {blob.pack} failed its check (see {result.index})")
     for rel, path in files.items():
         if path is None or rel in entries:
             continue
@@ -443,6 +548,6 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
     return rehashed
 
 __all__ = ["DEFAULT_PACK_BYTES", "DEFAULT_THRESHOLD", "INDEX_FORMAT", "PACK_DIR", "PackCheck", "PackError",
-           "PackItem", "PackSet", "PackedBlob", "cached_packs", "check_pack", "check_packed_uses", "encode_pack", "has_packs",
+           "PackItem", "PackSet", "PackedBlob", "cached_packs", "check_pack", "check_packed_uses", "check_packs", "encode_pack", "has_packs",
            "index_from_pack", "index_name", "iter_packed", "load_packs", "pack_name", "read_index",
            "read_packed"]

@@ -209,3 +209,30 @@ def test_flashinfer_reads_a_packed_dataset_only_after_unpack(make_ikdata_dataset
         for name, spec in trace.workload.inputs.items():
             loaded = trace_set.get_workload_blob_tensor(spec.path)[spec.tensor_key]
             assert torch.equal(loaded, ds.load_inputs(row)[name])
+
+
+def test_the_fast_pack_header_reader_agrees_with_the_strict_parser(make_ikdata_dataset):
+    """ikdata's own pack headers take a fast path; any other header (reordered, spaced) takes the
+    strict parser, and both give the same entries."""
+    import struct
+
+    from ikdata.core.packs import _fast_pack_header, _pack_entries
+    from ikdata.core.safetensors_format import parse_header
+
+    root = make_ikdata_dataset(3)
+    pack_dataset(root)
+    pack = pack_files(root)[0][0]
+    data = pack.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    head, size = data[:8 + length], len(data)
+    assert _fast_pack_header(head, size) == parse_header(head, size)
+    header = json.loads(data[8:8 + length])
+    reordered = json.dumps(dict(reversed(list(header.items()))), indent=1).encode()
+    reordered += b" " * (-len(reordered) % 8)
+    other = struct.pack("<Q", len(reordered)) + reordered + data[8 + length:]
+    assert _fast_pack_header(other[:8 + len(reordered)], len(other)) is None
+    path = root / "other.safetensors"
+    path.write_bytes(other)
+    shifted = 8 + len(reordered) - (8 + length)
+    assert [(e.key, e.start - shifted) for e in _pack_entries(path)] == \
+        [(e.key, e.start) for e in parse_header(head, size)]
