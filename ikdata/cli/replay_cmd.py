@@ -67,6 +67,9 @@ def replay_command(
             "--floor-k", help="Diffusion: a step passes when e <= k*f + eps (default 4).")] = None,
         floor_eps: Annotated[Optional[float], typer.Option(
             "--floor-eps", help="Diffusion: the eps of e <= k*f + eps (default 1e-6).")] = None,
+        seed: Annotated[Optional[int], typer.Option(
+            "--seed", help="Diffusion: the seed the reference expects the initial noise from (default: the "
+            "trajectory's).")] = None,
 ) -> None:
     """Rerun each trusted reference on the captured inputs and judge it against the captured outputs.
 
@@ -93,7 +96,7 @@ def replay_command(
             raise UsageError(f"{path}: replaying a URL runs on Ray workers that fetch only the blobs they need: "
                              "add --ray local (or --ray auto), or 'ikdata clone' it first")
         ds = ikdata.open(Path(path), definitions=definitions or ())
-        settings = _diffusion_settings(pipeline, clip, attention, floor_attention, floor_k, floor_eps)
+        settings = _diffusion_settings(pipeline, clip, attention, floor_attention, floor_k, floor_eps, seed)
         with o.progress("replay", unit="cases") as callback:
             result = replay(ds, device=device, definitions=definition, shard=shard, resume=resume,
                             report_path=report, trust=trust or (), reuse=reuse, progress=callback,
@@ -143,7 +146,7 @@ def replay_combine(
 
 
 def _diffusion_settings(pipeline: Optional[str], clips: Optional[list[str]], attention: str, floor_attention: str,
-                        k: Optional[float], eps: Optional[float]) -> Any:
+                        k: Optional[float], eps: Optional[float], seed: Optional[int] = None) -> Any:
     """The trajectory judge's settings from the options (ikdata.replay.diffusion.Settings)."""
     from ikdata.replay.diffusion import Settings
 
@@ -154,7 +157,7 @@ def _diffusion_settings(pipeline: Optional[str], clips: Optional[list[str]], att
     defaults = Settings()
     return Settings(reference_attention=attention, alt_attention=None if floor_attention == "none" else floor_attention,
                     k=defaults.k if k is None else k, eps=defaults.eps if eps is None else eps, pipeline=pipeline,
-                    clips=named).check()
+                    clips=named, seed=seed).check()
 
 
 def _print_trajectories(report: dict[str, Any]) -> None:

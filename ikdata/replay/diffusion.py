@@ -500,8 +500,17 @@ def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Sett
     ctx = _Context(run, settings, hooks)
     cases = []
     for traj in todo:
-        case = judge(ctx, traj)
-        case = _decode(ctx, traj, case)
+        started = time.perf_counter()
+        key = reuse_key(ctx, traj)
+        earlier = _reused(ctx, traj, key)
+        if earlier is not None:
+            case = {**earlier, "seconds": time.perf_counter() - started, "reused": True}
+        else:
+            case = judge(ctx, traj)
+            case = _decode(ctx, traj, case)
+            if key is not None:
+                case["reuse_key"] = key
+            run.cache.remember(case)
         run.out.add(case)
         cases.append(case)
         for step_case in rules.step_cases(case):  # its denoiser workloads' cases follow from it
@@ -510,6 +519,52 @@ def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Sett
         if progress:
             progress(case)
     return cases
+
+
+def reuse_key(ctx: _Context, traj: traj_mod.Trajectory) -> str | None:
+    """The digest that makes two trajectory judgements the same: the trajectory (its id covers every blob's
+    digest), the model, the denoiser definitions' references, the settings, the clip's and the pipeline
+    builder's bytes, the device kind, torch and ikdata versions. None when a named file cannot be read."""
+    from ikdata import __version__
+    from ikdata.core.digest import bytes_digest, record_digest
+
+    settings = ctx.settings
+    files: dict[str, str] = {}
+    target = settings.pipeline.rpartition(":")[0] if settings.pipeline else None
+    for name, path in (("clip", settings.clip_for(traj.id)), ("pipeline", target)):
+        if not path:
+            continue
+        if name == "pipeline" and not path.endswith(".py"):
+            files[name] = settings.pipeline or ""  # a module: its name is the claim
+            continue
+        try:
+            files[name] = bytes_digest(Path(path).read_bytes())
+        except OSError:
+            return None
+    references = sorted({ctx.run.ds.definitions[ctx.rows[w].definition].reference_digest
+                         for step in traj.record["steps"] for w in (step.get("workloads") or {}).get("denoiser") or []
+                         if w in ctx.rows and ctx.rows[w].definition in ctx.run.ds.definitions})
+    return record_digest({"trajectory": traj.id, "model": (traj.record.get("model") or {}).get("digest"),
+                          "references": references, "files": files, "device": ctx.run.device_kind,
+                          "torch": ctx.run.torch_version, "ikdata": __version__,
+                          "settings": {k: v for k, v in settings.__dict__.items() if k not in ("clips", "pipeline")}})
+
+
+def _reused(ctx: _Context, traj: traj_mod.Trajectory, key: str | None) -> dict[str, Any] | None:
+    """An earlier verdict of the same judgement, when every blob the trajectory names is confirmed (recorded
+    evidence or a rehash now) and passes the path rule."""
+    if key is None or not ctx.run.reuse:
+        return None
+    earlier = ctx.run.cache.lookup(key)
+    if earlier is None or "trajectory" not in earlier:
+        return None
+    for _, path in traj.tensor_paths():
+        if ctx.run.ds.paths.refusal(path) is not None:
+            return None
+        digest = digest_from_path(path)
+        if digest is None or not ctx.run.cache.confirm(ctx.run.ds.root / path, digest):
+            return None
+    return {"definition": PREFIX + traj.record["pipeline"]["class"], "uuid": traj.id, "axes": {}, **earlier}
 
 
 def _decode(ctx: _Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> dict[str, Any]:

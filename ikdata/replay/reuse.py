@@ -36,7 +36,7 @@ CACHE_FILE = "replay-reuse.jsonl"
 EVIDENCE_FILE = "replay-verified.jsonl"
 FLUSH_EVERY = 64  # verdicts per cache append; a killed run loses at most these (it is only a cache)
 VERDICT_FIELDS = ("status", "reason", "metrics", "tolerance", "chosen_by", "reference_digest", "input_digests",
-                  "expected_digests", "device", "torch", "reuse_key")
+                  "expected_digests", "device", "torch", "reuse_key", "trajectory")
 
 
 def default_cache_path() -> Path:

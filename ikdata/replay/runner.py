@@ -204,7 +204,10 @@ def _judge_trajectories(run: _Run, shard: Shard | None, settings: Any) -> None:
 
     if files(run.ds.root):
         hooks = diffusion.RunnerHooks(_load_tensor, _reference, _name_outputs)
-        diffusion.judge_all(run, hooks, shard=shard, settings=settings)
+        try:
+            diffusion.judge_all(run, hooks, shard=shard, settings=settings)
+        finally:
+            run.cache.flush()
 
 
 def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,
