@@ -419,16 +419,17 @@ def _header_matches(path: Path, blobs: list[PackedBlob]) -> bool:
     except OSError:
         return False
     base = 8 + length
-    header, end = {}, 0
+    parts, end, previous = [], 0, ""
     for blob in sorted(blobs, key=lambda b: b.digest):
-        if blob.offset - base != end:
+        if blob.offset - base != end or blob.digest == previous:
             return False
-        end = blob.offset - base + blob.length
-        header[blob.digest] = {"dtype": DTYPES[blob.dtype][0], "shape": list(blob.shape),
-                               "data_offsets": [blob.offset - base, end]}
-    text = json.dumps(header, separators=(",", ":")).encode()
+        start, end, previous = end, end + blob.length, blob.digest
+        shape = ",".join(map(str, blob.shape))
+        parts.append(f'"{blob.digest}":{{"dtype":"{DTYPES[blob.dtype][0]}","shape":[{shape}],'
+                     f'"data_offsets":[{start},{end}]}}')
+    text = ("{" + ",".join(parts) + "}").encode()
     text += b" " * (-len(text) % 8)
-    return text == raw and base + end == size and len(header) == len(blobs)
+    return text == raw and base + end == size
 
 
 def _hash_ranges(root: Path, pack: str, index: str, ranges: list[tuple], deep: bool, jobs: int,

@@ -226,6 +226,11 @@ def test_the_fast_pack_header_reader_agrees_with_the_strict_parser(make_ikdata_d
     length = int.from_bytes(data[:8], "little")
     head, size = data[:8 + length], len(data)
     assert _fast_pack_header(head, size) == parse_header(head, size)
+    from ikdata.core.packs import _header_matches
+
+    listed = next(iter(load_packs(root).listed.values()))
+    assert _header_matches(pack, list(listed))  # the usual case: the header is the one the index implies
+    assert not _header_matches(pack, list(listed)[1:])
     header = json.loads(data[8:8 + length])
     reordered = json.dumps(dict(reversed(list(header.items()))), indent=1).encode()
     reordered += b" " * (-len(reordered) % 8)
