@@ -53,11 +53,15 @@ def _cli() -> list[str]:
     return [sys.executable, "-c", "import sys; from ikdata.cli import main; sys.argv[0] = 'ikdata'; main()"]
 
 
-def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall seconds, and CPU seconds (user + system) of the command and every process it started."""
+def _timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds (user + system) of the command and every process it started.
+
+    Run from ``cwd`` (a scratch folder): ``python -c`` puts the current folder first on sys.path,
+    which from the repository root would shadow ``--ikdata-path``.
+    """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -74,12 +78,14 @@ def measure(program: list[str], rounds: int, env: dict[str, str], tmp: Path) -> 
         order = ("bare", "captured", "cli") if r % 2 == 0 else ("cli", "captured", "bare")
         for which in order:
             if which == "bare":
-                bare.append(_timed(program, env))
+                bare.append(_timed(program, env, tmp))
             elif which == "captured":
-                captured.append(_timed([*_cli(), "capture", "--into", str(into), "--", *program], env))
+                captured.append(_timed([*_cli(), "capture", "--into", str(into), "--", *program], env, tmp))
+                if not (into / "receipts.jsonl").is_file():
+                    raise SystemExit(f"the captured run wrote no workload into {into}: capture was not on")
                 shutil.rmtree(into, ignore_errors=True)
             else:
-                cli.append(_timed([*_cli(), "capture", "--into", str(tmp / "empty"), "--", "true"], env))
+                cli.append(_timed([*_cli(), "capture", "--into", str(tmp / "empty"), "--", "true"], env, tmp))
                 shutil.rmtree(tmp / "empty", ignore_errors=True)
     found = {}
     for unit, i in (("", 0), ("cpu_", 1)):
