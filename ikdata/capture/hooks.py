@@ -164,7 +164,8 @@ class Capturer:
             inputs, outputs: name -> tensor or Python scalar, as the definition names them.
             operation: what was called, for the receipt.
             variant: what distinguishes calls of the same step worth keeping apart (e.g. ``m128``).
-            weights: names of inputs that are weights: copied and hashed once while unchanged.
+            weights: names of inputs that are weights: reused while unchanged, each reuse checked off the
+                engine thread (see :mod:`ikdata.capture.weights`).
             fills: the template's const axes as observed.
 
         Raises:
