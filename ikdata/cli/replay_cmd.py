@@ -169,7 +169,9 @@ def _print_trajectories(report: dict[str, Any]) -> None:
     rows = diffusion_table.rows(report)
     if not rows:
         return
-    table = Table(title=f"diffusion trajectories: {len(rows)}", title_justify="left")
+    pipelines = sorted({c["definition"].split(":", 1)[1] for c in report["cases"]
+                        if str(c.get("definition", "")).startswith("trajectory:")})
+    table = Table(title=f"diffusion trajectories: {len(rows)} ({', '.join(pipelines)})", title_justify="left")
     for column in diffusion_table.COLUMNS:
         table.add_column(column, no_wrap=True, overflow="ellipsis")
     for row in rows:

@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping
 
 PREFIX = "trajectory:"
-COLUMNS = ("trajectory", "pipeline", "status", "steps ok", "worst e/f", "at", "PSNR dB")
+COLUMNS = ("trajectory", "status", "steps ok", "worst e/f", "at step", "PSNR dB")
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -35,10 +35,8 @@ def rows(report: Mapping[str, Any]) -> list[list[str]]:
             psnr = "-"
         steps = f"{m.get('steps_passed', 0)}/{m.get('steps_total', 0)}" if m else "-"
         at = f"{worst.get('step')} {worst.get('stream')}" if worst else "-"
-        if first and case.get("status") != "passed":
-            at = f"{at}; 1st {first.get('step')} {','.join(first.get('streams') or [])}"
-        found.append([str(case.get("uuid", ""))[:12], str(case.get("definition", ""))[len(PREFIX):][:14],
-                      str(case.get("status")), steps, _fmt(worst.get("ratio")) if worst else "-", at, psnr])
+        found.append([str(case.get("uuid", ""))[:12], str(case.get("status")), steps,
+                      _fmt(worst.get("ratio")) if worst else "-", at, psnr])
     return found
 
 
@@ -49,6 +47,11 @@ def notes(report: Mapping[str, Any]) -> list[str]:
         if not str(case.get("definition", "")).startswith(PREFIX):
             continue
         m = case.get("trajectory") or {}
+        pipeline = str(case.get("definition", ""))[len(PREFIX):]
+        first = m.get("first_failure") or {}
+        if first and case.get("status") != "passed":
+            lines.append(f"{str(case['uuid'])[:12]} ({pipeline}): first failure at step {first.get('step')} "
+                         f"({', '.join(first.get('streams') or []) or 'all'}: {first.get('check')})")
         if case.get("status") != "passed" and case.get("reason"):
             lines.append(f"{str(case['uuid'])[:12]}: {case['reason']}")
         if any(s.get("degenerate") for s in m.get("steps") or []):
