@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import DATASET, Definition
+from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
@@ -44,9 +48,12 @@ class ValidationReport:
                 "problems": [p.to_dict() for p in self.problems]}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Use:
-    """One place a tensor descriptor is used, to check against its blob once headers are read."""
+    """One place a tensor descriptor is used, to check against its blob once headers are read.
+
+    Held for every descriptor until the blob headers are read, so kept small: slots, and the
+    strings and descriptors many uses repeat (file, pointer, context, a shared blob) shared."""
 
     where: str
     line: int | None
@@ -55,6 +62,26 @@ class _Use:
     dtype: str | None
     shape: tuple[int, ...] | None
     context: str
+
+    def __post_init__(self) -> None:
+        self.where, self.pointer, self.context = _shared(self.where), _shared(self.pointer), _shared(self.context)
+        if self.dtype is not None:
+            self.dtype = _shared(self.dtype)
+        self.ref = _SHARED_REFS.setdefault(self.ref, self.ref) if len(_SHARED_REFS) < 1 << 16 else self.ref
+        if self.shape is not None:
+            self.shape = _SHARED_SHAPES.setdefault(self.shape, self.shape) if len(_SHARED_SHAPES) < 1 << 16 \
+                else self.shape
+
+
+_SHARED_REFS: dict[TensorRef, TensorRef] = {}
+_SHARED_SHAPES: dict[tuple, tuple] = {}
+_shared = sys.intern
+
+
+def _row_key(record: dict) -> bytes:
+    """16 bytes that differ between different row contents (canonical JSON, hashed): what the
+    duplicate-uuid check keeps per row instead of the row itself."""
+    return bytes.fromhex(bytes_digest(orjson.dumps(record, option=orjson.OPT_SORT_KEYS))[:32])
 
 
 def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None,
@@ -127,7 +154,9 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
     misnamed = _misnamed_definitions(ds, problems)
     report.definitions = len(definitions)
     uses: list[_Use] = []
-    rows_by_uuid: dict[str, tuple[str, int, dict]] = {}
+    # uuid -> (file, line, content key, definition, axes items): what receipts and duplicates need,
+    # not the row itself (about 6 KB a row held, before)
+    rows_by_uuid: dict[str, tuple[str, int, bytes, str, tuple]] = {}
     randoms: list[tuple[str, str, Problem]] = []  # (uuid, input, problem) unless its receipt declares it
 
     for path in ds.workload_files():
@@ -136,12 +165,14 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
             report.workloads += 1
             uuid = record["workload"]["uuid"]
             previous = rows_by_uuid.get(uuid)
-            if previous is not None and previous[2] != record:
+            key = _row_key(record)
+            if previous is not None and previous[2] != key:
                 problems.append(Problem(display, f"uuid {uuid} is also used by a different row at "
                                         f"{previous[0]}:{previous[1]}; expected one content per uuid",
                                         line, "/workload/uuid", "duplicate-uuid"))
                 continue
-            rows_by_uuid[uuid] = (display, line, record)
+            rows_by_uuid[uuid] = (display, line, key, _shared(record["definition"]),
+                                  tuple(record["workload"]["axes"].items()))
             definition = definitions.get(record["definition"])
             if definition is None:
                 hint = (f"; {misnamed[record['definition']]} has that file name but another 'name'"
@@ -162,9 +193,9 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
             problems.append(Problem(receipt.source, f"receipt names workload {receipt.uuid}, which no workload "
                                     "row holds", receipt.line, "/uuid", "unknown-workload"))
             continue
-        if row[2]["definition"] != receipt.definition:
+        if row[3] != receipt.definition:
             problems.append(Problem(receipt.source, f"receipt says definition {receipt.definition!r} but the "
-                                    f"row at {row[0]}:{row[1]} says {row[2]['definition']!r}",
+                                    f"row at {row[0]}:{row[1]} says {row[3]!r}",
                                     receipt.line, "/definition", "receipt-mismatch"))
         definition = definitions.get(receipt.definition)
         for name, descriptor in receipt.expected_output.items():
@@ -175,7 +206,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
                 continue
             if isinstance(descriptor, TensorRef):
                 spec = definition.outputs[name] if definition else None
-                axes = dict(row[2]["workload"]["axes"])
+                axes = dict(row[4])
                 uses.append(_Use(receipt.source, receipt.line, pointer, descriptor,
                                  spec.torch_dtype if spec else None,
                                  definition.shape_of(name, axes) if definition else None,
