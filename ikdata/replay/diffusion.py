@@ -40,7 +40,7 @@ from ikdata.replay import families, floor
 PREFIX = "trajectory:"
 DENOISER_TAG = "ikdata:needs-model"
 CACHE_BYTES = 1 << 30  # verified tensors kept per run: conditioning repeats across steps, x is the last x_next
-FALLBACK_TOLERANCE = 1e-5  # a degenerate floor: the shipped denoiser definitions' float32 closeness
+FALLBACK_TOLERANCE = 1e-4  # a degenerate floor without a definition: the default table's float32 rtol
 
 
 @dataclass(frozen=True)
@@ -292,6 +292,7 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         raise RecordError(f"replay does not know the streams of denoiser {model_class!r}; known: "
                           f"{', '.join(families.STREAMS)}", path=where)
     model = _model(ctx, record)
+    measures["fallback_tolerance"], measures["fallback_from"] = _fallback(ctx, traj)
     steps_by_index: dict[int, dict[str, dict]] = {}
     for step in record["steps"]:
         steps_by_index.setdefault(step["index"], {})[step["stream"]] = step
@@ -302,6 +303,27 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
             row["seconds"] = time.perf_counter() - started
         measures["steps"] += rows
     return measures
+
+
+def _fallback(ctx: _Context, traj: traj_mod.Trajectory) -> tuple[float, str]:
+    """The bound of a degenerate floor: the denoiser definition's rtol, else the default table's for its
+    output dtype (as a relative L2 error)."""
+    from ikdata.core import tolerances
+
+    for step in traj.record["steps"]:
+        for uuid in (step.get("workloads") or {}).get("denoiser") or []:
+            row = ctx.rows.get(uuid)
+            definition = ctx.run.ds.definitions.get(row.definition) if row else None
+            if definition is None:
+                continue
+            own = (definition.tolerance or {}).get("rtol")
+            if isinstance(own, (int, float)):
+                return float(own), f"definition {definition.name} tolerance rtol"
+            dtype = next(iter(definition.outputs.values())).dtype
+            found = tolerances.table().get(dtype)
+            if isinstance(found, dict) and "rtol" in found:
+                return float(found["rtol"]), f"default tolerance table, {dtype} rtol"
+    return FALLBACK_TOLERANCE, "float32 default"
 
 
 def _schedule_check(record: dict, reference: list, expected: int) -> dict[str, Any]:
@@ -577,6 +599,9 @@ def _decode(ctx: _Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> d
     if not settings.pipeline or not clip:
         measures["decode"] = {"skipped": "name the reference pipeline (--pipeline FILE.py:FUNCTION) and the engine's "
                                          "clip (--clip [TRAJECTORY=]FILE) to check the decoded video"}
+        return case
+    if not record["final"]:
+        measures["decode"] = {"skipped": f"the trajectory is {record['status']} and has no final latents to decode"}
         return case
     from ikdata.replay import decode_check
 

@@ -120,3 +120,26 @@ def test_a_real_headless_browser_renders_every_plot(drawn, tmp_path):
     drawn_plots = dom.count('class="main-svg"')  # plotly adds these SVGs only when its JavaScript ran
     assert drawn_plots >= 2 * 5, drawn_plots
     assert dom.count('class="plot-container plotly"') >= 5
+
+
+def test_sampling_verdicts_draw_a_pit_histogram_and_operators_their_ratios():
+    from ikdata.ops.report_html import render
+
+    cases = [{"definition": "sampling_v8", "uuid": f"u{i}", "status": "passed",
+              "tolerance": {"samples": {"judge": "sampling"}}, "metrics": {"samples": {}},
+              "sampling": {"positions": 1, "judged": 1, "outside": 0, "pit": {"n": 10, "histogram": [1] * 10}}}
+             for i in range(3)]
+    cases += [{"definition": "gemm_a", "uuid": "g1", "status": "passed", "metrics": {"C": {"max_error_ratio": 0.25}}},
+              {"definition": "gemm_a", "uuid": "g2", "status": "failed", "metrics": {"C": {"max_error_ratio": 3.0}}}]
+    report = {"torch": "x", "device": "cpu", "tolerances": {}, "cases": cases,
+              "sampling": [{"definition": "sampling_v8", "alpha": 0.01, "verdict": "passed",
+                            "tests": [{"test": "pit", "n": 30, "p_value": 0.5, "alpha": 0.01, "null": "uniform",
+                                       "too_small": False}]}]}
+    page = render(report)
+    figures = [json.loads(m) for m in re.findall(r'Plotly\.newPlot\(\s*"[^"]+",\s*(\[.*?\]),\s*\{', page, re.S)]
+    pit = next(f for f in figures if f[0].get("name") == "PIT")
+    assert pit[0]["y"] == [3] * 10  # summed over the definition's cases
+    assert "sampling_v8: PIT histogram (30 draws), verdict passed" in page and "pit n=30 p=0.5" in page
+    boxes = next(f for f in figures if f[0].get("type") == "box")
+    assert boxes[0]["name"] == "gemm_a" and boxes[0]["y"] == [0.25, 3.0]
+    assert "Diffusion trajectories" not in page  # nothing to draw there
