@@ -217,9 +217,8 @@ class Dataset:
         """Raw records of one JSONL file with their lines; torn, malformed and (with ``validate``)
         schema-breaking lines land in ``self.problems`` instead."""
         display = self.rel(path)
-        content = jsonl.read(path, display=display, dataset=self.root)
-        self.problems += content.problems
-        for line, record in content.records:
+        # one line at a time: a reader of a million-row file never holds every record (issue 15)
+        for line, record in jsonl.iter_records(path, self.problems, display=display, dataset=self.root):
             if kind == "receipt" and self.layout == SEED:
                 record = seed_receipt(record)
             if validate:
