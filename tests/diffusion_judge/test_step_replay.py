@@ -164,3 +164,25 @@ def test_a_schedule_mismatch_stops_at_step_0(reference_capture, tmp_path):
     assert case["status"] == "failed" and m["schedule"]["stopped"] and m["steps"] == []
     assert m["first_failure"] == {"step": 0, "streams": [], "check": "schedule"}
     assert "schedule mismatch, stopped at step 0: step 0 (video): sigma" in case["reason"]
+
+
+@pytest.mark.parametrize("family, stream, combination", [("ltx", "video", "cfg"), ("ddim", "image", "none")])
+def test_other_families_replay_exactly(family, stream, combination, tmp_path):
+    """LTX (plain CFG on the velocity) and DDIM (no guidance, another scheduler) replay bit-exactly too."""
+    import tiny
+    from ikdata.capture import boot
+    from ikdata.capture.config import CaptureConfig
+    from ikdata.core.writer import DatasetWriter
+
+    pipe, kwargs = getattr(tiny, family)()
+    boot.install(CaptureConfig(into=str(tmp_path / "ds"), strict=True, only=("rmsnorm_f32_h99991",)))
+    try:
+        pipe(**kwargs)
+    finally:
+        boot.uninstall()
+    DatasetWriter(tmp_path / "ds").commit()
+    case = replay(tmp_path / "ds", tmp_path)
+    steps = case["trajectory"]["steps"]
+    assert case["status"] == "passed", case.get("reason")
+    assert {s["stream"] for s in steps} == {stream} and all(s["combination"] == combination for s in steps)
+    assert all(s["e"] == 0 and s["f"] > 0 and s["chain"] == 0 for s in steps)
