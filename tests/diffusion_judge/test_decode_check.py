@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import replay
+from judge_helpers import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = f"{Path(__file__).parent / 'pipelines.py'}:ltx2"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import replay
+from judge_helpers import replay
 
 pytest.importorskip("plotly")
 PIPELINE = f"{Path(__file__).parent / 'pipelines.py'}:ltx2"

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import replay
+from judge_helpers import replay
 
 
 def _run(root, report, **kwargs):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import STEPS, capture, replay
+from judge_helpers import STEPS, capture, replay
 
 
 def _failing(case):
