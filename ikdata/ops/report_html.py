@@ -99,7 +99,7 @@ def trajectory_figures(case: Mapping[str, Any]) -> list[tuple[str, Any]]:
             y, text = _log(s.get("e") for s in bad)
             fig.add_trace(go.Scatter(x=[s["index"] for s in bad], y=y, text=text, name="failing step",
                                      mode="markers", marker={"symbol": "x", "size": 14, "color": "#c0392b"}))
-        fig.update_layout(title=f"{stream}: e and f per step", xaxis_title="step", xaxis_dtick=1, yaxis_title="relative L2",
+        fig.update_layout(title=f"{stream}: e and f per step (an exact 0 is drawn at 1e-12)", xaxis_title="step", xaxis_dtick=1, yaxis_title="relative L2",
                           yaxis_type="log", height=360, margin={"t": 50, "b": 40})
         figures.append((f"{stream}: e and f per step", fig))
         chain = go.Figure()
@@ -117,8 +117,10 @@ def trajectory_figures(case: Mapping[str, Any]) -> list[tuple[str, Any]]:
         for key, name in (("psnr_worst_db", "worst-frame threshold"), ("psnr_mean_db", "mean threshold")):
             if limits.get(key) is not None:
                 fig.add_hline(y=limits[key], line_dash="dash", annotation_text=f"{name} {limits[key]:g} dB")
+        audio = (decode.get("audio") or {}).get("snr_db")
         fig.update_layout(title=f"decoded clip vs reference decode: mean {decode['psnr_mean_db']:.2f} dB, worst "
-                                f"{decode['psnr_worst_db']:.2f} dB (frame {decode['worst_frame']})",
+                                f"{decode['psnr_worst_db']:.2f} dB (frame {decode['worst_frame']})"
+                                + (f"; audio SNR {audio:.1f} dB" if isinstance(audio, (int, float)) else ""),
                           xaxis_title="frame", yaxis_title="PSNR dB (luma, cap 100)", height=320,
                           margin={"t": 50, "b": 40})
         figures.append(("decode check", fig))
