@@ -208,22 +208,28 @@ def _tail_digest(path: Path, end: int) -> str:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, isolation_level=None, timeout=60, check_same_thread=False)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    found = dict(connection.execute("SELECT key, value FROM meta"))
-    if found.get("format") != FORMAT:
-        raise sqlite3.DatabaseError(f"format {found.get('format')!r}")
-    return connection
+    """Open the index, creating or replacing its tables when they are absent or of another format.
 
-
-def _create(path: Path) -> sqlite3.Connection:
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
+    The check and the (re)creation run in one ``BEGIN IMMEDIATE`` transaction, so processes opening
+    a missing index at the same time create it once.
+    """
     connection = sqlite3.connect(path, isolation_level=None, timeout=60, check_same_thread=False)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    connection.executescript("BEGIN;" + _SCHEMA + f"INSERT INTO meta VALUES ('format', '{FORMAT}'); COMMIT;")
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("BEGIN IMMEDIATE")
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        found = dict(connection.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
+        if found.get("format") != FORMAT:
+            for table in tables:
+                connection.execute(f'DROP TABLE IF EXISTS "{table}"')
+            for statement in filter(str.strip, _SCHEMA.split(";")):  # executescript would commit early
+                connection.execute(statement)
+            connection.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.close()
+        raise
     return connection
 
 
@@ -248,22 +254,20 @@ def open_index(root: str | os.PathLike, *, rebuild: bool = False) -> tuple[Index
     """
     root = Path(root)
     path = root / INDEX_FILE
-    connection = None
-    if path.exists() and not rebuild:
-        try:
-            connection = _connect(path)
-        except sqlite3.DatabaseError:
-            connection = None
-    if connection is None:
-        connection = _create(path)
-    index = Index(root, connection)
+    if rebuild:
+        _remove(path)
     try:
-        result = index.refresh(record_files(root))
-    except sqlite3.DatabaseError:  # corrupted inside: rebuild once from the files
-        connection.close()
-        index = Index(root, _create(path))
-        result = index.refresh(record_files(root))
-    return index, result
+        index = Index(root, _connect(path))
+        return index, index.refresh(record_files(root))
+    except sqlite3.DatabaseError:  # not SQLite, or corrupted inside: derived data, so rebuild it once
+        _remove(path)
+        index = Index(root, _connect(path))
+        return index, index.refresh(record_files(root))
+
+
+def _remove(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
 
 
 def try_open_index(root: str | os.PathLike) -> Index | None:

@@ -15,9 +15,6 @@ import argparse
 import os
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 SENTENCES = ["Kernels need real inputs.", "A content-addressed dataset stores every tensor once, by digest."]
 
 
@@ -31,6 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", nargs="*", default=SENTENCES)
     args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are on disk: never ask a hub
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
     import torch
     from transformers import AutoModel, AutoTokenizer
