@@ -71,10 +71,10 @@ class CaptureResult:
         asked = ",".join(map(str, self.steps))
         if self.unstepped:
             seen = ", ".join(f"{name} ({n} call{'s' if n != 1 else ''})" for name, n in sorted(self.unstepped.items()))
-            where = (f"no step ran ({self.steps_seen} counted)" if not self.steps_seen else
-                     f"steps 0-{self.steps_seen - 1} ran, but these calls were outside all of them")
-            return (f"--steps {asked} kept nothing: {seen} ran outside any step ({where}; a step is a call "
-                    "of the outermost module, or of --step-module), so no step can be known for them. Drop "
+            where = ("no step ran at all" if not self.steps_seen else
+                     f"steps 0-{self.steps_seen - 1} ran, these calls outside all of them")
+            return (f"--steps {asked} kept nothing: {seen} ran outside any step, so no step can be known for "
+                    f"them ({where}; a step is a call of the outermost module, or of --step-module). Drop "
                     "--steps, or mark steps in the program with 'with ikdata.capture.step(i):'", not self.steps_seen)
         if self.steps_seen:
             return (f"--steps {asked} kept nothing: each request ran {self.steps_seen} step(s) at most "
