@@ -16,6 +16,7 @@ journal that breaks this is refused whole, with a message, and nothing is applie
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -101,7 +102,10 @@ def _step_refusal(paths: PathResolver, step: object) -> str | None:
         found = record_path_refusal(target)
         if found is not None:
             return found.reason
-        wanted = ("workloads/", "receipts.jsonl") if kind == "append" else ("definitions/",)
+        wanted = ("workloads/", "receipts.jsonl") if kind == "append" else ("definitions/", "reports/shared/")
+        if kind == "create" and target.startswith("reports/shared/") \
+                and not re.fullmatch(r"reports/shared/[0-9a-f]{64}\.json", target):
+            return f"create target {target!r} is not a receipts' shared context (reports/shared/<digest>.json)"
         if not target.startswith(wanted) or not target.endswith(".jsonl" if kind == "append" else ".json"):
             return f"{kind} target {target!r} is not a {'row or receipts' if kind == 'append' else 'definition'} file"
         if kind == "append" and not (isinstance(step.get("base_size"), int) and step["base_size"] >= 0

@@ -254,4 +254,73 @@ def _recheck_judge(output: str, spec: Mapping[str, Any], found: Mapping[str, Any
     return reasons
 
 
-__all__ = ["REPORT_FORMAT", "TensorStats", "cross_check", "recheck", "tensor_stats"]
+
+
+# -- receipts without repetition ------------------------------------------------------------------
+#
+# What every validation an import attaches shares with the others of its report (the default
+# tolerance table, device, versions, the report it came from) is stored once, as a content-addressed
+# file ``reports/shared/<digest>.json`` (tracked by the manifest like any report), and a validation
+# names it by ``"shared": <digest>``. Validations written before keep those fields inline and read
+# as they always did.
+
+SHARED_DIR = "reports/shared"
+SHARED_KEYS = ("tolerances", "device", "device_name", "torch", "ikdata_version", "finished_at", "report")
+
+
+def shared_path(digest: str) -> str:
+    return f"{SHARED_DIR}/{digest}.json"
+
+
+def share_validation(validation: Mapping[str, Any]) -> tuple[dict[str, Any], str, bytes]:
+    """Split a validation into what is its own (with ``"shared": digest``) and the shared context.
+
+    Returns:
+        (the validation to store in the receipt, the context's dataset-relative path, its bytes).
+    """
+    from ikdata.core.digest import bytes_digest, canonical_json
+
+    context = {k: validation[k] for k in SHARED_KEYS if k in validation}
+    data = canonical_json(context)
+    digest = bytes_digest(data)
+    own = {k: v for k, v in validation.items() if k not in SHARED_KEYS}
+    own["shared"] = digest
+    return own, shared_path(digest), data + b"\n"
+
+
+def expand_validation(root: Any, validation: Mapping[str, Any]) -> dict[str, Any]:
+    """A validation with its shared context merged back (as written before contexts were shared).
+
+    Raises:
+        RecordError: the context file is missing, unreadable, or its content is not its name's digest.
+    """
+    import os
+
+    import orjson
+
+    from ikdata.core.digest import bytes_digest, canonical_json
+    from ikdata.core.errors import RecordError
+
+    digest = validation.get("shared")
+    if digest is None:
+        return dict(validation)
+    rel = shared_path(str(digest))
+    if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        raise RecordError(f"names shared context {digest!r}, which is not a digest", path=rel)
+    try:
+        with open(os.path.join(root, rel), "rb") as stream:
+            context = orjson.loads(stream.read())
+    except FileNotFoundError:
+        raise RecordError("the shared context a validation names is missing; restore it from where the dataset "
+                          "came from", path=rel) from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RecordError(f"unreadable shared context: {exc}", path=rel) from exc
+    if not isinstance(context, dict) or bytes_digest(canonical_json(context)) != digest:
+        raise RecordError("the shared context's content is not the digest in its name: it was altered", path=rel)
+    merged = {k: v for k, v in validation.items() if k != "shared"}
+    merged.update({k: v for k, v in context.items() if k in SHARED_KEYS})
+    return merged
+
+
+__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "cross_check", "expand_validation", "recheck",
+           "share_validation", "shared_path", "tensor_stats"]

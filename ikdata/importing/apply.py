@@ -208,6 +208,10 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict,
         staged = staging / f"definition-{number}.part"
         write_atomic(staged, [data])
         steps.append({"kind": "create", "staged": staged.relative_to(dst).as_posix(), "target": target})
+    for number, (target, data) in enumerate(sorted(plan.shared.items())):  # receipts' shared contexts
+        staged = staging / f"shared-{number}.part"
+        write_atomic(staged, [data])
+        steps.append({"kind": "create", "staged": staged.relative_to(dst).as_posix(), "target": target})
     checkpoint("files-staged")
     write_journal(dst, parent, steps)
     checkpoint("journal-written")

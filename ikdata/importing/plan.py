@@ -27,14 +27,14 @@ from ikdata.core import jsonl, schema
 from ikdata.core.dataset import RECEIPTS, SEED, Dataset, blob_paths
 from ikdata.core.definitions import (DATASET, Definition, definition_bytes, definition_relpath, read_folder,
                                      workloads_relpath)
-from ikdata.core.errors import MergeConflict, ProblemsFound
+from ikdata.core.errors import MergeConflict, ProblemsFound, RecordError
 from ikdata.core.paths import PathResolver
 from ikdata.core.trust import is_trusted
 from ikdata.importing.foreign import LeftOut, Source, TensorSource, read_source
 from ikdata.core.problems import Problem
 from ikdata.core.records import WorkloadRow
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
-from ikdata.core.verdicts import REPORT_FORMAT, recheck
+from ikdata.core.verdicts import REPORT_FORMAT, expand_validation, recheck, share_validation
 from ikdata.importing.checks import check_against_blobs
 from ikdata.core.safetensors_format import canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
@@ -53,6 +53,7 @@ class ImportPlan:
     rows: dict[str, list[dict]] = field(default_factory=dict)          # DST workloads file -> new rows
     receipts: list[dict] = field(default_factory=list)                 # new receipts (validation attached)
     definitions: dict[str, bytes] = field(default_factory=dict)        # DST path -> file bytes
+    shared: dict[str, bytes] = field(default_factory=dict)             # DST reports/shared/<d>.json -> bytes
     blobs: dict[str, TensorSource] = field(default_factory=dict)       # digest -> bytes to bring in
     blobs_present: int = 0
     added: list[str] = field(default_factory=list)
@@ -161,6 +162,10 @@ def _validation_for(source: Source, uuid: str, row: dict, receipt: dict) -> tupl
         inherited = receipt.get("validation")
         if inherited is None:
             return None, ["the replay report has no case for it" if report else "SRC has no replay report"]
+        try:  # a validation that names its shared context (core.verdicts): read as if written whole
+            inherited = expand_validation(source.root, inherited)
+        except RecordError as exc:
+            return None, [f"{exc.path}: {str(exc).split(': ', 1)[-1]}"]
         cases, report = [inherited], {"tolerances": inherited.get("tolerances") or {},
                                       "device": inherited.get("device", ""), "torch": inherited.get("torch", "")}
         if inherited.get("basis", "").startswith("seed report"):
@@ -261,7 +266,10 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
                     (plan.left_out if only_passed else plan.refused).append(
                         LeftOut(uuid, row["definition"], "; ".join(reasons)))
                     continue
-                new_receipt["validation"] = validation
+                # what it shares with the others of its report is stored once (core.verdicts)
+                new_receipt["validation"], shared, data = share_validation(validation)
+                if not (dst / shared).is_file():
+                    plan.shared.setdefault(shared, data)
             new_receipt["imports"] = list(receipt.get("imports") or []) + [dict(import_hop)]
         defn = source.definitions[row["definition"]]
         target = _definition_target(defn, dst_defs, plan)

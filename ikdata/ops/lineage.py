@@ -74,7 +74,7 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
         if indexed is not None and len({r.uuid for r in indexed[0]}) == 1:
             row, receipts_of = indexed[0][0], indexed[1]
             return [_chain(row, receipts_of[-1] if receipts_of else None, _report_cases(ds).get(row.uuid, []),
-                           row.uuid, ())]
+                           row.uuid, (), root=ds.root)]
     rows = {row.uuid: row for row in ds.workloads(validate=False)}
     receipts = {r.uuid: r for r in ds.receipts(validate=False)}
     cases = _report_cases(ds)
@@ -90,7 +90,7 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
                     uses.setdefault(receipt.uuid, []).append(f"expected_output/{name}")
         if not uses:
             raise UsageError(f"{path}: no workload or receipt uses blob {key}")
-        return [_chain(rows.get(u), receipts.get(u), cases.get(u, []), u, tuple(names))
+        return [_chain(rows.get(u), receipts.get(u), cases.get(u, []), u, tuple(names), root=ds.root)
                 for u, names in sorted(uses.items())]
     matches = [u for u in rows if u.startswith(key)] or [u for u in receipts if u.startswith(key)]
     if not matches:
@@ -98,10 +98,11 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     if len(matches) > 1:
         raise UsageError(f"{path}: {key!r} matches {len(matches)} workloads; give more of the uuid")
     uuid = matches[0]
-    return [_chain(rows.get(uuid), receipts.get(uuid), cases.get(uuid, []), uuid, ())]
+    return [_chain(rows.get(uuid), receipts.get(uuid), cases.get(uuid, []), uuid, (), root=ds.root)]
 
 
-def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str, ...]) -> Chain:
+def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str, ...], *,
+           root: Any = None) -> Chain:
     capture = None
     imports: tuple[dict, ...] = ()
     validations: list[dict] = []
@@ -111,11 +112,24 @@ def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str
         request = receipt.provenance.get(REQUEST_FIELD)
         imports = receipt.imports
         if receipt.validation:
-            validations.append(_summary(receipt.validation, "receipt (attached by import)"))
+            validations.append(_summary(_expanded(root, receipt.validation), "receipt (attached by import)"))
     validations += [_summary(case, "this dataset's replay report") for case in cases]
     where = f"{row.source}:{row.line}" if row is not None else "(no row)"
     return Chain(uuid, row.definition if row else receipt.definition, where, capture, imports,
                  tuple(validations), uses, request)
+
+
+def _expanded(root: Any, validation: dict) -> dict:
+    """A validation with the context it shares with its report's others merged back (core.verdicts)."""
+    from ikdata.core.errors import RecordError
+    from ikdata.core.verdicts import expand_validation
+
+    if root is None:
+        return validation
+    try:
+        return expand_validation(root, validation)
+    except RecordError as exc:
+        return dict(validation, reason=str(exc))
 
 
 def _summary(validation: dict, where: str) -> dict:

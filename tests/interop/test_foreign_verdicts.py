@@ -187,7 +187,9 @@ class TestMergedLayout:
         assert done.exit_code == 0, done.output
         receipts = {r["uuid"]: r for r in map(json.loads, (dst / "receipts.jsonl").read_text().splitlines())}
         for uid in captured:
-            validation = receipts[uid]["validation"]
+            from ikdata.core.verdicts import expand_validation  # the report's context, stored once (issue 15)
+
+            validation = expand_validation(dst, receipts[uid]["validation"])
             assert validation["basis"].startswith("seed report")
             assert validation["metrics"] == {"max_absolute_errors": [0.01]}
             assert validation["device"] == "cuda" and validation["status"] == "passed"

@@ -63,7 +63,9 @@ class TestSeed:
         receipt = read_jsonl(dst / "receipts.jsonl")[0]
         assert receipt["validation"]["basis"].startswith("seed report")
         assert receipt["validation"]["metrics"] == {"max_absolute_errors": [0.0]}
-        assert receipt["validation"]["device"] == "cuda" and receipt["engine"] == "sglang"
+        from ikdata.core.verdicts import expand_validation  # the report's context, stored once (issue 15)
+
+        assert expand_validation(dst, receipt["validation"])["device"] == "cuda" and receipt["engine"] == "sglang"
         assert list(receipt["expected_output"]) == ["C"]
 
     def test_seed_without_definitions_is_refused(self, seed_dataset, tmp_path):

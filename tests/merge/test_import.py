@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from ikdata.cli import app
 from ikdata.core.errors import MergeConflict, ProblemsFound
+from ikdata.core.verdicts import expand_validation
 from ikdata.importing.apply import import_dataset
 from merge_helpers import (GEMM_NAME, capture, definitions_dir, gemm_definition_record, read_jsonl,  # noqa: F401
                            replay_by_hand, rows_by_uuid, tree_digest, validated, write_report)
@@ -50,8 +51,9 @@ def test_two_captures_merge_into_one_dataset_storing_each_tensor_once(validated,
     for receipt in receipts:
         assert receipt["validation"]["status"] == "passed"
         assert receipt["validation"]["metrics"]["C"]["mismatched_fraction"] == 0.0
-        assert receipt["validation"]["device"] == "cpu" and receipt["validation"]["torch"] == "2.13.0+cpu"
-        assert receipt["validation"]["tolerances"]["float32"] == {"rtol": 1e-4, "atol": 2e-5}
+        shared = expand_validation(dst, receipt["validation"])  # the report's context, stored once (issue 15)
+        assert shared["device"] == "cpu" and shared["torch"] == "2.13.0+cpu"
+        assert shared["tolerances"]["float32"] == {"rtol": 1e-4, "atol": 2e-5}
         assert receipt["imports"][-1]["from"] in (first.parent_id, second.parent_id)
 
 
