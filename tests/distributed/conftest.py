@@ -23,7 +23,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
     """A local Ray cluster (2 CPUs) with a moto S3 server's endpoint in every worker's environment."""
     ray = pytest.importorskip("ray")
