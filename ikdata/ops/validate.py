@@ -184,8 +184,11 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
             _check_row(ds, definition, record, display, line, problems, uses, randoms)
 
     declared: dict[str, list[str]] = {}
+    contexts: dict[str, tuple[str, int | None]] = {}  # shared contexts receipts name (core.verdicts): checked once
     for receipt in ds.receipts(validate=True):
         report.receipts += 1
+        if receipt.validation and isinstance(receipt.validation.get("shared"), str):
+            contexts.setdefault(receipt.validation["shared"], (receipt.source, receipt.line))
         if not receipt.expected_output and isinstance(receipt.provenance.get("random_inputs"), list):
             declared[receipt.uuid] = receipt.provenance["random_inputs"]  # imported with --keep-random
         row = rows_by_uuid.get(receipt.uuid)
@@ -212,6 +215,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
                                  definition.shape_of(name, axes) if definition else None,
                                  f"output {name!r} of {receipt.definition!r}"))
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
+    problems += _context_problems(ds, contexts)
     problems += ds.problems
     from ikdata.ops.trajectories import validate_trajectories  # diffusion trajectories and model records
 
@@ -427,6 +431,20 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         if use.shape is not None and tuple(entry.shape) != tuple(use.shape):
             problems.append(Problem(use.where, f"blob {use.ref.path} has shape {list(entry.shape)}, expected "
                                     f"{list(use.shape)} ({use.context})", use.line, use.pointer, "shape-mismatch"))
+
+
+def _context_problems(ds: Dataset, contexts: dict[str, tuple[str, int | None]]) -> list[Problem]:
+    """Each shared context a receipt's validation names exists and is what its digest says."""
+    from ikdata.core.verdicts import expand_validation
+
+    found = []
+    for digest, (where, line) in sorted(contexts.items()):
+        try:
+            expand_validation(ds.root, {"shared": digest})
+        except RecordError as exc:
+            found.append(Problem(where, f"{exc.path}: {str(exc).split(': ', 1)[-1]}", line, "/validation/shared",
+                                 "shared-context"))
+    return found
 
 
 def _check_canonical(entries: dict[str, list[TensorEntry] | str], problems: list[Problem]) -> None:

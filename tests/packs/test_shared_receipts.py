@@ -108,3 +108,17 @@ def test_lineage_shows_the_shared_context(make_ikdata_dataset, tmp_path):
     chain = trace(dst, uuid)[0]
     attached = [v for v in chain.validations if v["from"].startswith("receipt")]
     assert attached and attached[0]["device"] and attached[0]["torch"]
+
+
+def test_validate_reports_a_missing_or_altered_shared_context(make_ikdata_dataset, tmp_path):
+    src = _validated(make_ikdata_dataset(2), tmp_path)
+    dst = tmp_path / "dst"
+    import_dataset(src, dst)
+    shared = next((dst / "reports" / "shared").iterdir())
+    shared.write_text(shared.read_text().replace("cpu", "cuda"))
+    report = validate(ikdata.open(dst))
+    assert any(p.code == "shared-context" and "altered" in p.message and shared.name in p.message
+               for p in report.problems), [str(p) for p in report.problems]
+    shared.unlink()
+    report = validate(ikdata.open(dst))
+    assert any(p.code == "shared-context" and "missing" in p.message for p in report.problems)
