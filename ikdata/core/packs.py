@@ -501,7 +501,7 @@ def check_packs(root: str | os.PathLike, found: PackSet, *, deep: bool = True,
 
 
 def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: dict[str, Any],
-                      problems: list[Problem], *, deep: bool, jobs: int | None = None) -> int:
+                      problems: list[Problem], *, deep: bool, jobs: int | None = None) -> tuple[int, int]:
     """Validate's share: check every pack against its index (``deep``: hash every tensor's slice, one
     read per pack), and give each descriptor path that is not loose on disk its packed tensor's
     entry (or, when the packed copy failed its check, the reason as a string).
@@ -513,7 +513,7 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
         problems: problems about packs and indexes are appended.
 
     Returns:
-        How many packed tensors were rehashed.
+        How many packed tensors were rehashed, and how many descriptor paths were found in packs.
     """
     from ikdata.core.safetensors_format import BLOB_KEY
 
@@ -523,7 +523,7 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
     jobs = jobs or os.cpu_count() or 1
     verified: set[str] = set()
     failed: dict[str, str] = {}
-    rehashed = 0
+    rehashed = packed = 0
     for result in check_packs(root, found, deep=deep, jobs=jobs):
         blobs = found.listed[result.index]
         problems.extend(result.problems)
@@ -541,12 +541,13 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
         blob = found.blobs.get(digest)
         if blob is None or rel != f"blob/sha256/{digest[:2]}/{digest}.safetensors":
             continue
+        packed += 1
         if digest in verified:
             start = blob.loose_size - blob.length
             entries[rel] = [TensorEntry(BLOB_KEY, blob.dtype, blob.shape, start, start + blob.length, canonical=True)]
         else:
             entries[rel] = failed.get(digest, f"its packed copy in {blob.pack} failed its check")
-    return rehashed
+    return rehashed, packed
 
 __all__ = ["DEFAULT_PACK_BYTES", "DEFAULT_THRESHOLD", "INDEX_FORMAT", "PACK_DIR", "PackCheck", "PackError",
            "PackItem", "PackSet", "PackedBlob", "cached_packs", "check_pack", "check_packed_uses", "check_packs", "encode_pack", "has_packs",

@@ -29,7 +29,9 @@ def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"descriptor": descriptor.to_dict()}
         if isinstance(descriptor, TensorRef):
             try:
-                found = [e for e in read_entries(ds.resolve(descriptor.path)) if e.key == descriptor.tensor_key]
+                path = ds.resolve(descriptor.path)
+                packed = None if path.is_file() else ds.store.packed_ref(descriptor)  # in a pack (core.packs)
+                found = [packed] if packed else [e for e in read_entries(path) if e.key == descriptor.tensor_key]
                 if found:
                     entry.update(dtype=found[0].dtype, shape=list(found[0].shape))
             except (StoreError, OSError) as exc:

@@ -398,9 +398,11 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         with ThreadPoolExecutor(max_workers=workers) as pool:
             found = [f for group in pool.map(lambda g: [_entries_or_error(p) for p in g], batches) for f in group]
         entries.update(zip(readable, found))
+    packed = 0
     if has_packs(ds.root):  # blobs in packs (ikdata.core.packs): one read per pack, each tensor's slice hashed
-        report.blobs_rehashed += check_packed_uses(ds.root, files, entries, problems, deep=deep, jobs=jobs)
-    report.blobs_checked = len(readable)
+        rehashed, packed = check_packed_uses(ds.root, files, entries, problems, deep=deep, jobs=jobs)
+        report.blobs_rehashed += rehashed
+    report.blobs_checked = len(readable) + packed
     if ds.layout == "ikdata":
         _check_canonical(entries, problems)
     reported_files: set[str] = set()

@@ -241,3 +241,16 @@ def test_the_fast_pack_header_reader_agrees_with_the_strict_parser(make_ikdata_d
     shifted = 8 + len(reordered) - (8 + length)
     assert [(e.key, e.start - shifted) for e in _pack_entries(path)] == \
         [(e.key, e.start) for e in parse_header(head, size)]
+
+
+def test_show_and_validate_count_packed_blobs(make_ikdata_dataset):
+    root = make_ikdata_dataset(2)
+    pack_dataset(root)
+    report = validate(ikdata.open(root))
+    assert report.ok and report.blobs_checked == 5
+    uuid = next(iter(ikdata.open(root).workloads())).uuid
+    result = runner.invoke(app, ["show", str(root), uuid, "--json"])
+    assert result.exit_code == 0, result.output
+    inputs = json.loads(result.stdout)["inputs"]
+    assert inputs["A"]["dtype"] == "torch.float32" and inputs["A"]["shape"] == [1, 8]
+    assert "error" not in inputs["W"]
