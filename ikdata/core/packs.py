@@ -19,6 +19,7 @@ import mmap
 import os
 import re
 import struct
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ class PackError(StoreError):
     """A pack or pack index that is not what it should be (the message names the file)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PackedBlob:
     """Where one tensor lies in a pack: its digest, the pack and index (dataset-relative), its dtype
     and shape, and the absolute byte range of its data in the pack."""
@@ -288,8 +289,9 @@ def read_index(root: Path, rel: str) -> list[PackedBlob]:
     for digest, t in document["tensors"].items():
         if t["dtype"] not in DTYPES:
             raise PackError(f"{rel}: tensor {digest} has dtype {t['dtype']}, which ikdata does not store", path=rel)
-    return [PackedBlob(d, pack, rel, t["dtype"], tuple(t["shape"]), t["offset"], t["length"])
-            for d, t in document["tensors"].items()]
+    shapes: dict[tuple, tuple] = {}  # one tuple per distinct shape, one string per dtype: a million entries stay small
+    return [PackedBlob(d, pack, rel, sys.intern(t["dtype"]), shapes.setdefault(tuple(t["shape"]), tuple(t["shape"])),
+                       t["offset"], t["length"]) for d, t in document["tensors"].items()]
 
 
 _CACHE: dict[str, tuple[tuple, PackSet]] = {}
