@@ -159,6 +159,8 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
         elif have is not None and (have / rel).is_file():
             link_or_copy(have / rel, target / rel)  # the local dataset's own blob
             present += 1
+        elif have is not None and _copy_packed(have, rel, target):  # in one of the local dataset's packs
+            present += 1
         else:
             todo.append(rel)
     for rel, check in zip(staged, rehash_files([target / rel for rel in staged])):
@@ -188,6 +190,24 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
         raise backend.fail("; ".join(messages) + f". Check the remote with 'ikdata validate {backend.url}'")
     fetched = len(todo)
     return fetched, sum(listed[r] for r in todo), present
+
+
+def _copy_packed(have: Path, rel: str, target: Path) -> bool:
+    """Write the loose blob ``rel`` into ``target`` from a pack of the local dataset ``have``
+    (:mod:`ikdata.core.packs`), verified as it is read; False when it is not packed there or fails."""
+    from ikdata.core.errors import StoreError
+    from ikdata.core.packs import read_packed
+    from ikdata.core.store import BlobStore, write_atomic
+
+    blob = BlobStore(have).packed(digest_from_path(rel))
+    if blob is None:
+        return False
+    try:
+        data = read_packed(have, blob)
+    except StoreError:
+        return False  # fetched from the remote instead
+    write_atomic(target / rel, blob.loose_bytes(data))
+    return True
 
 
 def _fetch_verified(backend: Backend, rel: str, dest: Path) -> str | None:

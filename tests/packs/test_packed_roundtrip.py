@@ -117,3 +117,35 @@ def test_noop_push_of_a_packed_dataset_to_s3_reads_the_manifest_and_stops(make_i
     assert not again.published
     assert not [r for r in s3_requests if r.startswith(("PUT", "POST"))]
     assert len(s3_requests) == 2, s3_requests  # the bucket check and the manifest read
+
+
+def test_pull_takes_blobs_the_local_dataset_holds_packed_from_its_packs(make_ikdata_dataset, tmp_path, s3_requests):
+    root = _validated(make_ikdata_dataset(3), tmp_path)
+    url = f"s3://ikdata-test/have-{uuid.uuid4().hex[:8]}"
+    push(root, url)
+    local = tmp_path / "local"
+    import_dataset(root, local)  # the same rows and blobs, then packed
+    pack_dataset(local)
+    other = make_ikdata_dataset(1, seed=9)  # one more validated row, pushed on top
+    _validated(other, tmp_path)
+    pull(url, other)
+    push(other, url)
+    s3_requests.clear()
+    pull(url, local)
+    blob_gets = [r for r in s3_requests if r.startswith("GET") and "/blob/" in r]
+    assert len(blob_gets) == 3  # only the new row's A, W and C; the rest came from local packs
+    assert validate(ikdata.open(local), deep=True).ok
+
+
+def test_import_refuses_a_corrupt_packed_source_naming_the_pack(make_ikdata_dataset, tmp_path):
+    from ikdata.core.errors import ProblemsFound
+
+    src = _validated(make_ikdata_dataset(2), tmp_path)
+    pack_dataset(src)
+    pack = pack_files(src)[0][0]
+    data = bytearray(pack.read_bytes())
+    data[-1] ^= 0xFF
+    pack.write_bytes(bytes(data))
+    with pytest.raises(ProblemsFound, match=pack.name):
+        import_dataset(src, tmp_path / "dst")
+    assert not (tmp_path / "dst" / "receipts.jsonl").exists()  # nothing imported
