@@ -239,6 +239,15 @@ def load_packs(root: str | os.PathLike) -> PackSet:
         names = sorted(os.listdir(folder))
     except (FileNotFoundError, NotADirectoryError):
         return PackSet({}, {}, (), ())
+    real, inside = os.path.realpath(folder), os.path.realpath(root).rstrip(os.sep) + os.sep
+    if not real.startswith(inside):  # DESIGN.md contract 3: nothing outside the dataset is read
+        return PackSet({}, {}, (), (Problem(PACK_DIR, f"is a link that leaves the dataset (to {real}); no pack there "
+                                            "is read: replace it with the folder itself", code="unsafe-path"),))
+    links = [n for n in names if os.path.islink(folder / n)]
+    for name in links:
+        problems.append(Problem(f"{PACK_DIR}/{name}", "is a link; packs and their indexes are read only as regular "
+                                "files inside the dataset: replace it with the file itself", code="unsafe-path"))
+    names = [n for n in names if n not in links]
     packs = {n for n in names if n.endswith(PACK_SUFFIX) and not n.startswith(".tmp-")}
     published = set()
     for name in names:
@@ -283,6 +292,9 @@ def read_index(root: Path, rel: str) -> list[PackedBlob]:
         raise PackError(f"{rel}: names pack {document['pack']}, but an index is named after its pack "
                         f"({stem}{PACK_SUFFIX}); run 'ikdata repair'", path=rel)
     pack = f"{PACK_DIR}/{document['pack']}"
+    if os.path.islink(root / pack):
+        raise PackError(f"{rel}: its pack {pack} is a link; packs are read only as regular files inside the dataset",
+                        path=rel)
     if not (root / pack).is_file():
         raise PackError(f"{rel}: its pack {pack} is missing: the {len(document['tensors'])} tensor(s) it lists are "
                         "lost unless stored loose; restore the pack from where the dataset came from", path=rel)

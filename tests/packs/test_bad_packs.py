@@ -183,3 +183,27 @@ def test_repair_publishes_an_unpublished_pack_holding_the_only_copy(packed):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["pack_indexes"] == [f"{PACK_DIR}/{index.name}"]
     assert _validate_cli(packed).exit_code == 0
+
+
+def test_packs_behind_links_are_not_read(packed, tmp_path):
+    """DESIGN.md contract 3: a packs folder, a pack or an index that is a link is reported, never followed."""
+    from ikdata.core.records import TensorRef
+    from ikdata.core.store import BLOB_KEY, BlobStore, blob_path
+
+    digest = next(iter(load_packs(packed).blobs))
+    outside = tmp_path / "outside-packs"
+    (packed / PACK_DIR).rename(outside)
+    (packed / PACK_DIR).symlink_to(outside)
+    _assert_problem(_validate_cli(packed), PACK_DIR, "is a link that leaves the dataset")
+    assert not BlobStore(packed).has(digest)
+    from ikdata.core.errors import BlobNotFound
+
+    with pytest.raises(BlobNotFound):
+        BlobStore(packed).get_numpy(TensorRef(blob_path(digest), BLOB_KEY))
+    (packed / PACK_DIR).unlink()
+    (packed / PACK_DIR).mkdir()
+    for item in outside.iterdir():  # the files back in place, as links: still refused
+        (packed / PACK_DIR / item.name).symlink_to(item)
+    result = _validate_cli(packed)
+    _assert_problem(result, PACK_DIR, "is a link")
+    assert not BlobStore(packed).has(digest)
