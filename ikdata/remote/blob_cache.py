@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -38,7 +39,8 @@ class BlobCache:
         self.max_bytes = max_bytes
         self.fetched_bytes = 0
         self._sizes: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one ensure() at a time
+        self._count_lock = threading.Lock()  # the sizes and the byte count, updated by fetching threads
 
     @property
     def held_bytes(self) -> int:
@@ -62,6 +64,23 @@ class BlobCache:
             self._evict(keep=set(wanted))
         return fetched
 
+    def prefetch(self, paths: Iterable[str], *, jobs: int = 8) -> dict[str, RemoteError]:
+        """Fetch every missing blob of ``paths`` on ``jobs`` threads (one request each, verified);
+        returns the ones that could not be had, with why, instead of raising."""
+        with self._lock:
+            missing = [rel for rel in dict.fromkeys(paths) if rel not in self._sizes]
+        failures: dict[str, RemoteError] = {}
+
+        def one(rel: str) -> None:
+            try:
+                self._fetch(rel)
+            except RemoteError as exc:
+                failures[rel] = exc
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            list(pool.map(one, missing))
+        return failures
+
     def _fetch(self, rel: str) -> int:
         digest = digest_from_path(rel)
         if digest is None or rel != blob_path(digest):
@@ -73,7 +92,8 @@ class BlobCache:
         try:
             self.backend.fetch(rel, Path(temp))
             size = os.path.getsize(temp)
-            self.fetched_bytes += size
+            with self._count_lock:
+                self.fetched_bytes += size
             check = rehash_file(temp)
             if check.error or check.digests != (digest,):
                 why = check.error or f"its bytes hash to {', '.join(check.digests) or 'nothing'}"
@@ -84,7 +104,8 @@ class BlobCache:
         finally:
             if os.path.exists(temp):
                 os.unlink(temp)
-        self._sizes[rel] = size
+        with self._count_lock:
+            self._sizes[rel] = size
         return size
 
     def _evict(self, keep: set[str]) -> None:

@@ -267,6 +267,13 @@ class _WorkerDataset:
         else:
             self.ds = Dataset.open(source.location, definitions=source.definitions)
         self.run = _worker_run(self.ds, source)
+        self._rows: dict[str, dict] = {}
+
+    def rows(self, definition: str) -> dict:
+        """The workloads of one definition by uuid, read once per worker."""
+        if definition not in self._rows:
+            self._rows[definition] = {row.uuid: row for row in self.ds.workloads(definition)}
+        return self._rows[definition]
 
 
 def _worker_run(ds: Any, source: Source) -> Any:
@@ -288,8 +295,13 @@ def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[d
     if state is None:
         state = _WORKER_STATE[source] = _WorkerDataset(source)
     run = state.run
-    rows = {row.uuid: row for row in state.ds.workloads(definition)}
-    cases, fetched = [], 0
+    rows = state.rows(definition)
+    fetched_before = state.cache.fetched_bytes if state.cache is not None else 0
+    failures: dict[str, Exception] = {}
+    if state.cache is not None:  # every blob of the task in parallel, each verified before it lands
+        failures = state.cache.prefetch(path for uuid in uuids if uuid in rows
+                                        for path in needed_blobs(rows[uuid], run.receipts.get(uuid)))
+    cases = []
     for uuid in uuids:
         row = rows.get(uuid)
         if row is None:
@@ -297,18 +309,20 @@ def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[d
                           "reason": "the worker's copy of the dataset has no such workload"})
             continue
         if state.cache is not None:
-            before = state.cache.fetched_bytes
+            needed = needed_blobs(row, run.receipts.get(uuid))
+            failed = [failures[path] for path in needed if path in failures]
             try:
-                state.cache.ensure(needed_blobs(row, run.receipts.get(uuid)))
+                if failed:
+                    raise failed[0]
+                state.cache.ensure(needed)
             except RemoteError as exc:  # a damaged or missing remote blob: an error for this case only
                 cases.append({"definition": definition, "uuid": uuid, "axes": dict(row.axes), "status": "error",
                               "reason": str(exc), "seconds": 0.0})
                 continue
-            finally:
-                fetched += state.cache.fetched_bytes - before
         case = runner._replay_one(run, row)
         if case is not None:
             cases.append(case)
+    fetched = (state.cache.fetched_bytes - fetched_before) if state.cache is not None else 0
     return cases, fetched
 
 
