@@ -117,3 +117,12 @@ def write_seed_dataset(root: Path, definitions: Path, *, rows: int = 3, seed: in
         with rows_path.open("a") as stream:
             stream.write(json.dumps(row, sort_keys=True) + "\n")
     return root
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for servers the tests start)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -8,19 +8,13 @@ never from the dataset).
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
+from foundation_helpers import free_port
 from replay.conftest import _private_cache, build  # noqa: F401  (the replay tests' dataset factory)
 
 BUCKET = "ikdata-ray"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +23,7 @@ def ray_cluster(tmp_path_factory):
     ray = pytest.importorskip("ray")
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -7,19 +7,14 @@ through the real huggingface_hub client.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from foundation_helpers import free_port
+
 BUCKET = "ikdata-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +22,7 @@ def s3_server():
     """moto's real S3 server on 127.0.0.1 with a free port; yields its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     app = server._server.app
@@ -75,7 +70,7 @@ def hub_server():
     """The Hub stand-in (tests/remote/hub_server.py) on a free loopback port; yields its endpoint."""
     from hub_server import HubServer
 
-    server = HubServer(port=_free_port())
+    server = HubServer(port=free_port())
     server.start()
     yield server
     server.stop()
