@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_validate import _blob  # noqa: E402  (one bf16 blob writer for every benchmark)
 from _bench import best_of, load_average  # noqa: E402
 
-NAME = "gemm_decode_n4096_k4096"
+NAME = "gemm_decode_n64_k4096"
 DEFINITION = {
     "name": NAME, "op_type": "gemm",
-    "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 4096}, "K": {"type": "const", "value": 4096}},
+    "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 64}, "K": {"type": "const", "value": 4096}},
     "inputs": {"A": {"shape": ["M", "K"], "dtype": "bfloat16"}, "W": {"shape": ["N", "K"], "dtype": "bfloat16"}},
     "outputs": {"C": {"shape": ["M", "N"], "dtype": "bfloat16"}},
     "reference": "import torch\n\ndef run(A, W):\n    return A @ W.T\n",
