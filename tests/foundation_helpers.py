@@ -23,17 +23,27 @@ def run(A, W):
 
 
 def gemm_definition_record(name: str = GEMM_NAME, *, dtype: str = "float32", n: int = 4, k: int = 8,
-                           op_type: str = "gemm") -> dict:
-    """A small GEMM definition record: C[M, N] = A[M, K] @ W[N, K].T, M a var axis."""
-    return {
+                           op_type: str = "gemm", reference: str = GEMM_REFERENCE, reference_note: str = "",
+                           description: str | None = "test GEMM", **extra) -> dict:
+    """The one small GEMM definition record of the tests: C[M, N] = A[M, K] @ W[N, K].T, M a var axis.
+
+    ``reference_note`` appends a comment to ``run``'s line (another reference digest, same
+    behaviour); ``extra`` adds fields (``tolerance``, ``judge``...). Every folder's helpers build on it.
+    """
+    if reference_note:
+        reference = reference.replace("def run(A, W):", f"def run(A, W):{reference_note}", 1)
+    record = {
         "name": name,
         "op_type": op_type,
-        "description": "test GEMM",
         "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": n}, "K": {"type": "const", "value": k}},
         "inputs": {"A": {"shape": ["M", "K"], "dtype": dtype}, "W": {"shape": ["N", "K"], "dtype": dtype}},
         "outputs": {"C": {"shape": ["M", "N"], "dtype": dtype}},
-        "reference": GEMM_REFERENCE,
+        "reference": reference,
+        **extra,
     }
+    if description is not None:
+        record["description"] = description
+    return record
 
 
 def write_definition(folder: Path, record: dict) -> Path:

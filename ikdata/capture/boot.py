@@ -162,6 +162,8 @@ def _install_process_hooks() -> None:
         previous = signal.getsignal(signal.SIGTERM)
         if previous in (signal.SIG_DFL, None) or callable(previous):
             signal.signal(signal.SIGTERM, _make_sigterm(previous))
+            if previous in (signal.SIG_DFL, None):
+                _forward_sigterm_to_the_main_thread()
 
 
 def _shutdown() -> None:
@@ -176,6 +178,45 @@ def _shutdown() -> None:
 def _exit_flushing(code: int) -> None:
     _shutdown()
     _REAL_EXIT(code)
+
+
+def _forward_sigterm_to_the_main_thread() -> None:
+    """Make SIGTERM flush and end the process even while the main thread sleeps.
+
+    Python runs a signal's handler in the main thread, when it next executes bytecode. A SIGTERM
+    that the kernel delivers to another thread (torch's, or any library's) does not wake a main
+    thread blocked in ``time.sleep``, so without ikdata the default action would have ended the
+    process at once, and with ikdata's handler it would wait. The C handler writes the signal's
+    number to the wakeup fd from whichever thread; a small thread reads it and sends SIGTERM to the
+    main thread itself, which interrupts the sleep and runs the handler. Skipped when the program
+    already uses the wakeup fd (asyncio).
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        earlier = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:
+        earlier = None
+    if earlier != -1:
+        if earlier is not None:
+            signal.set_wakeup_fd(earlier)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    main = threading.main_thread().ident
+
+    def forward() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data and main is not None:
+                signal.pthread_kill(main, signal.SIGTERM)
+
+    threading.Thread(target=forward, name="ikdata-sigterm", daemon=True).start()
 
 
 def _make_sigterm(previous: Any) -> Any:

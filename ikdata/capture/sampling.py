@@ -159,7 +159,17 @@ def install(cap: Any) -> None:
         return
     import ikdata_boot
 
-    ikdata_boot.watch(lambda: _patch(cap), _WATCHED)
+    ikdata_boot.watch(_patch_installed, _WATCHED)
+
+
+def _patch_installed() -> None:
+    """When transformers loads: patch for the capturer installed then, if any. A capturer uninstalled
+    before that import (a test, a process that turned capture off) must not be the one patched in."""
+    from ikdata.capture import boot
+
+    cap = boot.current()
+    if cap is not None:
+        _patch(cap)
 
 
 __all__ = ["OPERATION", "TEMPLATE", "install", "settings_of"]

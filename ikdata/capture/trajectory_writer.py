@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ikdata.capture.writer import leave_signals_to_the_main_thread
 from ikdata.core import jsonl, models, schema
 from ikdata.core.definitions import workloads_relpath
 from ikdata.core.errors import RecordError
@@ -67,7 +68,8 @@ class BlobQueue:
     def __init__(self, root: str, queue_bytes: int) -> None:
         self.writer = DatasetWriter(root)
         self.queue_bytes = queue_bytes
-        self._pool = ThreadPoolExecutor(max_workers=BLOB_THREADS, thread_name_prefix="ikdata-trajectory")
+        self._pool = ThreadPoolExecutor(max_workers=BLOB_THREADS, thread_name_prefix="ikdata-trajectory",
+                                        initializer=leave_signals_to_the_main_thread)
         self._held: list[Blob] = []
         self._held_bytes = 0
         self._flying_bytes = 0
@@ -349,7 +351,8 @@ def _model(rec: Any, writer: DatasetWriter) -> dict | None:
     digest = models.model_digest({n: t["digest"] for n, t in tensors.items()})
     stored = total <= models.DEFAULT_STORE_LIMIT
     if stored:  # once per model; fsync latency is hidden by writing many small tensors at once
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="ikdata-model") as pool:
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="ikdata-model",
+                                initializer=leave_signals_to_the_main_thread) as pool:
             list(pool.map(lambda item: writer.store.put_raw(item[1], digest=tensors[item[0]]["digest"]),
                           raws.items()))
     repo, revision = _model_source(rec.pipe)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,20 @@ from ikdata.core.writer import DatasetWriter, NewWorkload
 BATCH_JOBS = 64  # jobs the writer takes at once: one append per file for all of them
 BLOB_THREADS = 4
 CHECK_INTERVAL = 0.05  # seconds between two rehashes of one cached weight (the queue may wait that long)
+
+
+_PROCESS_SIGNALS = {getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)}
+
+
+def leave_signals_to_the_main_thread() -> None:
+    """Block SIGTERM, SIGINT and SIGHUP in the calling (capture) thread.
+
+    The kernel delivers a process signal to any thread that does not block it; delivered to one of
+    capture's threads, it would not wake a main thread sleeping in ``time.sleep``, so the program's
+    handler, and capture's flush on SIGTERM, would wait until the sleep ended.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, _PROCESS_SIGNALS)
 
 
 @dataclass
@@ -133,6 +148,7 @@ class CaptureWriter:
             self._thread.start()
 
     def _loop(self) -> None:
+        leave_signals_to_the_main_thread()
         while True:
             with self._cond:
                 while True:
@@ -227,7 +243,8 @@ class CaptureWriter:
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None or self._executor_pid != os.getpid():
             # fsync and hashing release the GIL: a few threads hide the disk's latency
-            self._executor = ThreadPoolExecutor(max_workers=BLOB_THREADS, thread_name_prefix="ikdata-blob")
+            self._executor = ThreadPoolExecutor(max_workers=BLOB_THREADS, thread_name_prefix="ikdata-blob",
+                                                initializer=leave_signals_to_the_main_thread)
             self._executor_pid = os.getpid()
         return self._executor
 

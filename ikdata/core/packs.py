@@ -31,6 +31,7 @@ import orjson
 from ikdata.core import schema
 from ikdata.core.digest import tensor_digest, tensor_prefix
 from ikdata.core.errors import BlobCorrupted, StoreError
+from ikdata.core.paths import PathResolver
 from ikdata.core.problems import Problem
 from ikdata.core.safetensors_format import (
     BITS_BY_CODE,
@@ -239,10 +240,10 @@ def load_packs(root: str | os.PathLike) -> PackSet:
         names = sorted(os.listdir(folder))
     except (FileNotFoundError, NotADirectoryError):
         return PackSet({}, {}, (), ())
-    real, inside = os.path.realpath(folder), os.path.realpath(root).rstrip(os.sep) + os.sep
-    if not real.startswith(inside):  # DESIGN.md contract 3: nothing outside the dataset is read
-        return PackSet({}, {}, (), (Problem(PACK_DIR, f"is a link that leaves the dataset (to {real}); no pack there "
-                                            "is read: replace it with the folder itself", code="unsafe-path"),))
+    refusal = PathResolver(root).refusal(PACK_DIR)  # DESIGN.md contract 3: nothing outside the dataset is read
+    if refusal is not None:
+        return PackSet({}, {}, (), (Problem(PACK_DIR, f"{refusal.reason}; no pack there is read: replace it with "
+                                            "the folder itself", code="unsafe-path"),))
     links = [n for n in names if os.path.islink(folder / n)]
     for name in links:
         problems.append(Problem(f"{PACK_DIR}/{name}", "is a link; packs and their indexes are read only as regular "

@@ -9,6 +9,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: scripts run from this folder need it
+from foundation_helpers import gemm_definition_record  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 
 GEMM_REFERENCE = """import torch
@@ -21,10 +24,7 @@ def run(A, W):
 
 def gemm_record(name: str = "gemm_test_n4_k8", *, dtype: str = "float32", n: int = 4, k: int = 8) -> dict:
     """An exact (non-template) definition: C[M, N] = A[M, K] @ W[N, K].T."""
-    return {"name": name, "op_type": "gemm",
-            "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": n}, "K": {"type": "const", "value": k}},
-            "inputs": {"A": {"shape": ["M", "K"], "dtype": dtype}, "W": {"shape": ["N", "K"], "dtype": dtype}},
-            "outputs": {"C": {"shape": ["M", "N"], "dtype": dtype}}, "reference": GEMM_REFERENCE}
+    return gemm_definition_record(name, dtype=dtype, n=n, k=k, reference=GEMM_REFERENCE, description=None)
 
 
 def write_definitions(folder: Path, *records: dict) -> Path:

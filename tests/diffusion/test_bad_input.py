@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tiny
-from conftest import trajectories
+from diffusion_helpers import trajectories
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import tiny
-from conftest import digest, trajectories
+from diffusion_helpers import digest, trajectories
 
 CASES = {  # builder, streams, steps
     "ltx2": (tiny.ltx2, ["video", "audio"], 3),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tiny
-from conftest import trajectories
+from diffusion_helpers import trajectories
 
 
 def test_model_digest_is_over_names_and_tensor_digests_in_any_order():

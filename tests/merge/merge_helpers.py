@@ -11,6 +11,7 @@ per-output tolerance, input/expected digests) so that ``recheck`` trusts their p
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -18,27 +19,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: scripts run from this folder need it
+from foundation_helpers import GEMM_NAME, gemm_definition_record, write_definition  # noqa: E402,F401
 
-GEMM_NAME = "gemm_test_n4_k8"
-
-
-def gemm_definition_record(name: str = GEMM_NAME, *, n: int = 4, k: int = 8, op_type: str = "gemm",
-                           reference_note: str = "") -> dict:
-    """A small float32 GEMM definition: C[M, N] = A[M, K] @ W[N, K].T, M a var axis."""
-    return {
-        "name": name, "op_type": op_type, "description": "test GEMM",
-        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": n}, "K": {"type": "const", "value": k}},
-        "inputs": {"A": {"shape": ["M", "K"], "dtype": "float32"}, "W": {"shape": ["N", "K"], "dtype": "float32"}},
-        "outputs": {"C": {"shape": ["M", "N"], "dtype": "float32"}},
-        "reference": f"import torch\n\ndef run(A, W):{reference_note}\n    return torch.matmul(A, W.T)\n",
-    }
-
-
-def write_definition(folder: Path, record: dict) -> Path:
-    path = Path(folder) / record["op_type"] / f"{record['name']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    return path
 
 REPORT = "reports/replay.json"
 

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-GEMM_REFERENCE = """import torch
-
-def run(A, W):
-    return torch.matmul(A, W.T)
-"""
+from foundation_helpers import GEMM_REFERENCE, gemm_definition_record
 
 
 def gemm_record(name: str = "gemm_n4_k8", *, dtype: str = "float32", reference: str = GEMM_REFERENCE,
                 **extra: Any) -> dict:
-    """C[M, N] = A[M, K] @ W[N, K].T with N=4, K=8 and M a var axis."""
-    return {
-        "name": name, "op_type": "gemm",
-        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 4}, "K": {"type": "const", "value": 8}},
-        "inputs": {"A": {"shape": ["M", "K"], "dtype": dtype}, "W": {"shape": ["N", "K"], "dtype": dtype}},
-        "outputs": {"C": {"shape": ["M", "N"], "dtype": dtype}},
-        "reference": reference, **extra,
-    }
+    """C[M, N] = A[M, K] @ W[N, K].T with N=4, K=8 and M a var axis (the tests' one GEMM, no description)."""
+    return gemm_definition_record(name, dtype=dtype, reference=reference, description=None, **extra)
 
 
 def without_timings(report: dict) -> dict:

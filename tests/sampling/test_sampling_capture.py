@@ -118,3 +118,31 @@ def test_captured_draws_get_a_sampling_verdict(tmp_path, capture_into):
     group = report["sampling"][0]
     assert group["alpha"] == 1e-3 and group["tests"]
     assert all("p_value" in t and ("detectable_tv" in t or "detectable_temperature_error" in t) for t in group["tests"])
+
+
+def test_a_capture_uninstalled_before_transformers_loads_is_not_the_one_patched_in(tmp_path):
+    """The sampler is patched when transformers loads, for the capturer installed then (not a stale one)."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys, torch
+        assert "transformers" not in sys.modules
+        from ikdata.capture import boot
+        from ikdata.capture.config import CaptureConfig
+        boot.install(CaptureConfig(into={str(tmp_path / 'first')!r}, only=("sampling",)))
+        boot.uninstall()
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / 'tools' / 'examples')!r})
+        from generate_with_sampling import build_model   # imports transformers now
+        import ikdata.capture
+        boot.install(CaptureConfig(into={str(tmp_path / 'second')!r}, only=("sampling",)))
+        model, prompt = build_model(), torch.tensor({PROMPT!r})
+        with torch.inference_mode(), ikdata.capture.request("late"):
+            model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=2, do_sample=True,
+                           temperature=0.7, pad_token_id=0)
+        boot.uninstall()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows, _ = _rows(tmp_path / "second")
+    assert len(rows) == 2 and not (tmp_path / "first" / "receipts.jsonl").exists()
