@@ -213,18 +213,26 @@ def _forward_sigterm_to_the_main_thread() -> None:
                 return
             if not data:
                 return
-            if signal.SIGTERM in data and main is not None:
+            # Only when the main thread has not started handling it: a sleeping main thread is woken.
+            if signal.SIGTERM in data and main is not None and not _TERMINATING.wait(0.05):
                 signal.pthread_kill(main, signal.SIGTERM)
 
     threading.Thread(target=forward, name="ikdata-sigterm", daemon=True).start()
 
 
+_TERMINATING = threading.Event()  # set as capture's own SIGTERM handling starts (the program has none)
+
+
 def _make_sigterm(previous: Any) -> Any:
     def on_sigterm(signum: int, frame: Any) -> None:
-        _shutdown()
         if callable(previous):
+            _shutdown()
             previous(signum, frame)
             return
+        if _TERMINATING.is_set():  # a second SIGTERM while flushing: the first one ends the process
+            return
+        _TERMINATING.set()
+        _shutdown()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
