@@ -15,8 +15,6 @@ Adapters (built-in in :mod:`ikdata.capture.adapters`, or a user's module with an
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import os
 import socket
 import sys
@@ -455,7 +453,9 @@ class _EagerDispatch:
             self._build()
         elif not self._watching:
             self._watching = True
-            sys.meta_path.insert(0, _DynamoWatcher(self))
+            import ikdata_boot
+
+            ikdata_boot.watch(self._build, "torch._dynamo")  # the one import watcher (ikdata_boot)
 
     def _build(self) -> None:
         try:
@@ -469,39 +469,6 @@ class _EagerDispatch:
         if self._marked is None:  # Dynamo traces only after its import, which built it: a safety net
             self._build()
         self._marked(capturer, handler, label, call)  # type: ignore[misc]
-
-
-class _DynamoWatcher(importlib.abc.MetaPathFinder):
-    """Builds the eager dispatch right after ``torch._dynamo`` is imported, by whoever imports it."""
-
-    def __init__(self, eager: _EagerDispatch) -> None:
-        self.eager = eager
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "torch._dynamo":
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _BuildingLoader(spec.loader, self.eager)
-        return spec
-
-
-class _BuildingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, eager: _EagerDispatch) -> None:
-        self._loader, self._eager = loader, eager
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        self._eager._build()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
 
 
 _EAGER = _EagerDispatch()

@@ -12,16 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("diffusers")
 
+from foundation_helpers import one_torch_thread  # noqa: E402,F401  (autouse: one torch thread)
 
-@pytest.fixture(autouse=True, scope="session")
-def _one_thread():
-    """Tiny models on a shared machine: more threads only contend."""
-    import torch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -6,52 +6,21 @@ embeddings passed directly (no text encoder, nothing downloaded).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "examples"))
+import tiny_video  # noqa: E402  (the example's tiny LTX-2, so tests and demo build the same pipeline)
 
 
 def ltx2(*, seed: int = 7, steps: int = 3, layers: int = 2, heads: int = 2, head_dim: int = 8,
          size: int = 32, frames: int = 9) -> tuple[Any, dict]:
     """LTX2Pipeline (video and audio): the transformer, connectors, both VAEs and the vocoder, tiny."""
     import torch
-    from diffusers import (AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video, FlowMatchEulerDiscreteScheduler,
-                           LTX2Pipeline, LTX2VideoTransformer3DModel)
-    from diffusers.pipelines.ltx2 import LTX2TextConnectors
-    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
-    caption, text_layers = 32, 2
-    torch.manual_seed(0)
-    transformer = LTX2VideoTransformer3DModel(
-        in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=heads,
-        attention_head_dim=head_dim, cross_attention_dim=heads * head_dim, audio_in_channels=4, audio_out_channels=4,
-        audio_num_attention_heads=2, audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=layers,
-        qk_norm="rms_norm_across_heads", caption_channels=caption, rope_double_precision=False, rope_type="split")
-    connectors = LTX2TextConnectors(
-        caption_channels=caption, text_proj_in_factor=text_layers + 1, video_connector_num_attention_heads=4,
-        video_connector_attention_head_dim=8, video_connector_num_layers=1,
-        video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=4,
-        audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
-        audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32, rope_theta=10000.0,
-        rope_double_precision=False, causal_temporal_positioning=False, rope_type="split")
-    vae = AutoencoderKLLTX2Video(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,), decoder_block_out_channels=(8,),
-        layers_per_block=(1,), decoder_layers_per_block=(1, 1), spatio_temporal_scaling=(True,),
-        decoder_spatio_temporal_scaling=(True,), decoder_inject_noise=(False, False), downsample_type=("spatial",),
-        upsample_residual=(False,), upsample_factor=(1,), timestep_conditioning=False, patch_size=1, patch_size_t=1,
-        encoder_causal=True, decoder_causal=False)
-    vae.use_framewise_encoding = False
-    vae.use_framewise_decoding = False
-    audio_vae = AutoencoderKLLTX2Audio(
-        base_channels=4, output_channels=2, ch_mult=(1,), num_res_blocks=1, attn_resolutions=None, in_channels=2,
-        resolution=32, latent_channels=2, norm_type="pixel", causality_axis="height", dropout=0.0,
-        mid_block_add_attention=False, sample_rate=16000, mel_hop_length=160, is_causal=True, mel_bins=8)
-    vocoder = LTX2Vocoder(
-        in_channels=16, hidden_channels=32, out_channels=2, upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2],
-        resnet_kernel_sizes=[3], resnet_dilations=[[1, 3, 5]], leaky_relu_negative_slope=0.1,
-        output_sampling_rate=16000)
-    pipe = LTX2Pipeline(transformer=transformer, vae=vae, audio_vae=audio_vae,
-                        scheduler=FlowMatchEulerDiscreteScheduler(), text_encoder=None, tokenizer=None,
-                        connectors=connectors, vocoder=vocoder)
-    pipe.set_progress_bar_config(disable=True)
+    caption, text_layers = 32, 2  # as tiny_video.build makes them
+    pipe = tiny_video.build(layers=layers, heads=heads, head_dim=head_dim)  # the example's pipeline, one builder
     g = torch.Generator("cpu").manual_seed(1)
     embeds = torch.randn(1, 16, caption * (text_layers + 1), generator=g)
     mask = torch.ones(1, 16, dtype=torch.long)

@@ -20,15 +20,9 @@ from judge_helpers import capture  # noqa: E402
 pytest.importorskip("diffusers")
 pytest.importorskip("av")
 
+from foundation_helpers import one_torch_thread  # noqa: E402,F401  (autouse: one torch thread)
 
-@pytest.fixture(autouse=True, scope="session")
-def _one_thread():
-    import torch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 
-from judge_helpers import replay
 
 
 def _run(root, report, **kwargs):
