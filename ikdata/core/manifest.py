@@ -20,12 +20,13 @@ from ikdata.core import schema
 from ikdata.core.digest import canonical_json, record_digest
 from ikdata.core.errors import RecordError
 from ikdata.core.problems import Problem
+from ikdata.core.record_kinds import RECORD_FILES, RECORD_TOPS, kind_of
 from ikdata.core.store import BlobStore, write_atomic
 
 FORMAT = "ikdata/1"
 MANIFEST = "ikdata.json"
-TRACKED_TOP = ("definitions", "workloads", "reports", "trajectories", "models")
-TRACKED_FILES = ("receipts.jsonl",)
+TRACKED_TOP = RECORD_TOPS  # every record kind (ikdata.core.record_kinds), and nothing else
+TRACKED_FILES = RECORD_FILES
 
 
 def tracked_files(root: Path) -> list[str]:
@@ -35,7 +36,8 @@ def tracked_files(root: Path) -> list[str]:
         folder = root / top
         if folder.is_dir():
             for path in folder.rglob("*"):
-                if path.is_file() and not path.name.startswith(".tmp-") and path.suffix in (".json", ".jsonl"):
+                if path.is_file() and not path.name.startswith(".tmp-") and \
+                        kind_of(path.relative_to(root).as_posix()) is not None:
                     found.append(path.relative_to(root).as_posix())
     return sorted(found)
 

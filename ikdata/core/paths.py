@@ -23,10 +23,10 @@ from typing import Collection, Iterable
 
 from ikdata.core.errors import RecordError
 from ikdata.core.problems import Problem
+from ikdata.core.record_kinds import RECORD_FILES, RECORD_TOPS, kind_of
+from ikdata.core.record_kinds import describe as _describe_records
 
 UNSAFE = "unsafe-path"  # the Problem code of every refusal
-RECORD_TOPS = ("definitions", "workloads", "reports")  # the folders of record files (as the manifest tracks)
-RECORD_FILES = ("receipts.jsonl",)  # record files at the top of a dataset
 _STATE_PREFIXES = (".ikdata", ".tmp-")  # state a dataset keeps for itself: staging, journals, locks, temp files
 
 
@@ -99,9 +99,8 @@ def record_path_refusal(relative: object) -> UnsafePath | None:
                           "expected a definition, workload, receipt or report file")
     if relative in RECORD_FILES:
         return None
-    if len(parts) < 2 or parts[0] not in RECORD_TOPS or not relative.endswith((".json", ".jsonl")):
-        return UnsafePath(relative, f"path {relative!r} is not a record file; expected receipts.jsonl or a "
-                          f".json/.jsonl file under {', '.join(t + '/' for t in RECORD_TOPS)}")
+    if len(parts) < 2 or kind_of(relative) is None:
+        return UnsafePath(relative, f"path {relative!r} is not a record file; expected {_describe_records()}")
     return None
 
 

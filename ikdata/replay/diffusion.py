@@ -511,6 +511,45 @@ def _combination(raw: torch.Tensor, out: torch.Tensor, x: torch.Tensor, sigma: t
 # -- the runner's post-pass ----------------------------------------------------------------------------------
 
 
+def finish(run: Any, *, shard: Any = None, settings: Settings | None = None) -> None:
+    """The diffusion family's post-pass (:mod:`ikdata.judging.families`): one case per trajectory."""
+    if not traj_mod.files(run.ds.root):
+        return
+    from ikdata.replay import runner
+
+    try:
+        judge_all(run, RunnerHooks(runner._load_tensor, runner._reference, runner._name_outputs), shard=shard,
+                  settings=settings)
+    finally:
+        run.cache.flush()
+
+
+def blob_paths(ds: Any) -> list[str]:
+    """Every blob judging the trajectories of ``ds`` may load: the trajectories' tensors, the denoiser
+    workloads' inputs and expected outputs, stored models. What a replay from a URL fetches first."""
+    from ikdata.core import models
+
+    found = traj_mod.read_all(ds.root)
+    paths = {path for t in found.trajectories for _, path in t.tensor_paths()}
+    receipts = {r.uuid: r for r in ds.receipts()}
+    for name, definition in ds.definitions.items():
+        if not is_denoiser(definition):
+            continue
+        for row in ds.workloads(name):
+            receipt = receipts.get(row.uuid)
+            refs = list(row.inputs.values()) + (list(receipt.expected_output.values()) if receipt else [])
+            paths |= {ref.path for ref in refs if isinstance(ref, TensorRef)}
+    for traj in found.trajectories:
+        summary = traj.record.get("model") or {}
+        try:
+            model = models.read_record(ds.root, summary["record"]) if summary.get("record") else None
+        except (RecordError, KeyError, TypeError):
+            continue  # judging names the problem in the trajectory's case
+        if model is not None and model.stored:
+            paths |= set(model.blob_paths().values())
+    return sorted(paths)
+
+
 def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Settings | None = None,
               progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Judge every trajectory of ``run.ds`` not already in the report (resume), in this shard; add each

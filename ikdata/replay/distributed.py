@@ -188,6 +188,7 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
     """
     from ikdata.core.dataset import Dataset
     from ikdata.remote.url import is_url
+    from ikdata.judging import families
     from ikdata.replay import runner
 
     require_ray()
@@ -237,9 +238,26 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
             with connect(address, num_cpus=num_cpus) as info:
                 if to_send:
                     run_tasks(source, plan_tasks(to_send, task_size), on_case=record, info=info)
+            # what spans cases (pooled sampling tests, trajectories) is decided here, as a local run does
+            if remote and not definitions:
+                _fetch_for_families(ds, location, cache_bytes)
+            families.finish_all(run, narrowed=bool(definitions))
         finally:
             run.cache.flush()
         return runner._finish(run, seen_problems, resumed), info
+
+
+def _fetch_for_families(ds: Any, location: str, cache_bytes: int) -> None:
+    """Bring the blobs the driver's families judge (trajectories) from the remote, each verified."""
+    from ikdata.core.trajectories import files
+    from ikdata.remote.blob_cache import BlobCache
+    from ikdata.remote.connect import open_backend
+    from ikdata.replay import diffusion
+
+    if not files(ds.root):
+        return
+    with open_backend(location) as backend:
+        BlobCache(backend, ds.root, max_bytes=cache_bytes).ensure(diffusion.blob_paths(ds))
 
 
 # -- the worker side ------------------------------------------------------------------------------

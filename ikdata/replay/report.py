@@ -279,12 +279,9 @@ def combine(reports: Iterable[Mapping[str, Any]], *, names: Iterable[str] | None
                     finished_at=max(ends) if len(ends) == len(reports) else None,
                     refused=sorted(refused.values(), key=lambda r: r["definition"]),
                     cases=sorted(cases, key=case_order))
-    from ikdata.replay.sampling import regroup  # sampling definitions are decided over every shard's cases
+    from ikdata.judging import families  # groups (sampling definitions, trajectories) span the shards
 
-    regroup(combined)
-    from ikdata.core.trajectory_verdicts import regroup as regroup_trajectories  # denoiser steps: by trajectory
-
-    regroup_trajectories(combined)
+    families.regroup_all(combined)
     return combined
 
 

@@ -29,6 +29,7 @@ from ikdata.core.errors import DefinitionError, IkdataError, RecordError, Untrus
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
+from ikdata.judging import families
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
 from ikdata.replay import sampling as sampling_judge
@@ -191,23 +192,9 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
                 progress(Progress(done, len(rows), case))
     finally:
         run.cache.flush()
-    sampling_judge.decide_all(out)  # statistical judges decide a definition's cases together, resumed ones too
-    if not definitions:  # trajectories are judged in a whole run (or shard), not for named definitions
-        _judge_trajectories(run, shard, diffusion)
+    # every family decides what spans cases (pooled sampling tests, trajectories), resumed cases included
+    families.finish_all(run, shard=shard, narrowed=bool(definitions), settings={"diffusion": diffusion})
     return _finish(run, seen_problems, resumed)
-
-
-def _judge_trajectories(run: _Run, shard: Shard | None, settings: Any) -> None:
-    """Diffusion trajectories, judged after the workloads: one case each (ikdata.replay.diffusion)."""
-    from ikdata.core.trajectories import files
-    from ikdata.replay import diffusion
-
-    if files(run.ds.root):
-        hooks = diffusion.RunnerHooks(_load_tensor, _reference, _name_outputs)
-        try:
-            diffusion.judge_all(run, hooks, shard=shard, settings=settings)
-        finally:
-            run.cache.flush()
 
 
 def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,

@@ -119,6 +119,11 @@ def decide_all(out: Any) -> list[dict[str, Any]]:
     return groups
 
 
+def finish(run: Any, *, shard: Any = None, settings: Any = None) -> None:
+    """The sampling family's post-pass (:mod:`ikdata.judging.families`): pool every definition's draws."""
+    decide_all(run.out)
+
+
 def regroup(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Decide the sampling definitions of a report (a whole run, or shards combined) in place.
 
@@ -162,4 +167,4 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-__all__ = ["verdict_lines", "AWAITING", "decide_all", "execute", "is_sampling", "judge_settings", "regroup"]
+__all__ = ["verdict_lines", "AWAITING", "decide_all", "execute", "finish", "is_sampling", "judge_settings", "regroup"]

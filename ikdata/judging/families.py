@@ -1,0 +1,71 @@
+"""Judge families, declared in one place: how each finishes a replay and how it combines shards.
+
+A family is a way of judging that reaches beyond one workload: operators are judged one case at a time
+(nothing to finish), sampling definitions by a pooled statistical test over all their draws, diffusion
+trajectories per pipeline call against their own noise floor. Every path that produces a report (a
+local replay, a shard, a Ray driver) calls :func:`finish_all` once its cases are in, and
+``replay-combine`` calls :func:`regroup_all` on the joined cases, so no path can forget a family: a
+family left out is a family the report never decides, and that shows as ``skipped`` cases, never as a
+pass. A family names its functions by module path, so this module loads no torch and no feature.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Family:
+    """One judge family.
+
+    Attributes:
+        name: as the report and the messages call it.
+        finish: ``"module:function"`` called as ``f(run, shard=..., settings=...)`` after every workload
+            case of a run (or shard, or Ray driver) is in ``run.out``: decides group verdicts and adds or
+            updates cases. None when cases are decided one by one.
+        regroup: ``"module:function"`` called as ``f(report)`` on the cases of combined shards (a dict
+            report, changed in place). None when a combined case needs nothing more.
+        needs_whole_run: finish only when the run was not narrowed to named definitions.
+    """
+
+    name: str
+    finish: str | None = None
+    regroup: str | None = None
+    needs_whole_run: bool = False
+
+    def _call(self, spec: str | None) -> Callable[..., Any] | None:
+        if spec is None:
+            return None
+        module, _, function = spec.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("operators"),
+    Family("sampling", finish="ikdata.replay.sampling:finish", regroup="ikdata.replay.sampling:regroup"),
+    Family("diffusion", finish="ikdata.replay.diffusion:finish", regroup="ikdata.core.trajectory_verdicts:regroup",
+           needs_whole_run=True),
+)
+
+
+def finish_all(run: Any, *, shard: Any = None, narrowed: bool = False,
+               settings: Mapping[str, Any] | None = None) -> None:
+    """Let every family decide what it judges over many cases, in declaration order."""
+    for family in FAMILIES:
+        finish = family._call(family.finish)
+        if finish is None or (narrowed and family.needs_whole_run):
+            continue
+        finish(run, shard=shard, settings=(settings or {}).get(family.name))
+
+
+def regroup_all(report: dict[str, Any]) -> None:
+    """Decide every family's groups again over the combined cases of shards."""
+    for family in FAMILIES:
+        regroup = family._call(family.regroup)
+        if regroup is not None:
+            regroup(report)
+
+
+__all__ = ["FAMILIES", "Family", "finish_all", "regroup_all"]
