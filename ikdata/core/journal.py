@@ -27,6 +27,7 @@ from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.faults import checkpoint
 from ikdata.core.locking import dataset_lock
+from ikdata.core.record_kinds import KINDS, kind_of
 from ikdata.core.paths import PathResolver, record_path_refusal, text_refusal
 from ikdata.core.store import blob_path, digest_from_path, write_atomic
 
@@ -102,12 +103,14 @@ def _step_refusal(paths: PathResolver, step: object) -> str | None:
         found = record_path_refusal(target)
         if found is not None:
             return found.reason
-        wanted = ("workloads/", "receipts.jsonl") if kind == "append" else ("definitions/", "reports/shared/")
-        if kind == "create" and target.startswith("reports/shared/") \
-                and not re.fullmatch(r"reports/shared/[0-9a-f]{64}\.json", target):
+        record_kind = kind_of(target)
+        if record_kind is None or record_kind.imported != kind:
+            allowed = ", ".join(k.name for k in KINDS if k.imported == kind)
+            return f"{kind} target {target!r} is not a file an import may {kind} ({allowed})"
+        if record_kind.top == "reports/shared" and not re.fullmatch(r"reports/shared/[0-9a-f]{64}\.json", target):
             return f"create target {target!r} is not a receipts' shared context (reports/shared/<digest>.json)"
-        if not target.startswith(wanted) or not target.endswith(".jsonl" if kind == "append" else ".json"):
-            return f"{kind} target {target!r} is not a {'row or receipts' if kind == 'append' else 'definition'} file"
+        if record_kind.top == "models" and not re.fullmatch(r"models/[0-9a-f]{64}\.json", target):
+            return f"create target {target!r} is not a model record (models/<digest>.json)"
         if kind == "append" and not (isinstance(step.get("base_size"), int) and step["base_size"] >= 0
                                      and isinstance(step.get("base_digest"), str)):
             return "an append step needs an integer 'base_size' and a 'base_digest'"

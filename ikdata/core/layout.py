@@ -115,6 +115,23 @@ def _orphan_receipt_lines(root: Path) -> list[int]:
             if isinstance(record, dict) and record.get("uuid") not in uuids]
 
 
+def _disagreeing_receipt_lines(root: Path) -> list[int]:
+    """Lines of ``receipts.jsonl`` after the first receipt of a uuid whose outputs they contradict
+    (:mod:`ikdata.core.repeats`): set aside, the first capture stays."""
+    from ikdata.core.repeats import Repeats
+
+    path = root / RECEIPTS
+    if not path.is_file():
+        return []
+    seen, later = Repeats(), []
+    for line, record in jsonl.read(path).records:
+        if isinstance(record, dict) and isinstance(record.get("uuid"), str) \
+                and isinstance(record.get("expected_output"), dict):
+            if not seen.see(record["uuid"], record["expected_output"], RECEIPTS, line):
+                later.append((record["uuid"], line))
+    return [line for uuid, line in later if uuid in seen.found]
+
+
 def _set_aside_lines(path: Path, numbers: list[int]) -> jsonl.RepairResult:
     """Move the given lines, verbatim, to ``FILE.rejected`` and rewrite the file without them."""
     drop = set(numbers)
@@ -212,6 +229,7 @@ class RepairReport:
     refusals: tuple[str, ...] = ()
     definitions_reordered: tuple[str, ...] = ()
     pack_indexes: tuple[str, ...] = ()  # pack indexes rebuilt from their packs (ikdata.core.packs)
+    disagreeing_set_aside: int = 0  # later receipts contradicting a uuid's first (ikdata.core.repeats)
 
     @property
     def changed(self) -> bool:
@@ -229,6 +247,9 @@ class RepairReport:
         if self.receipts_set_aside:
             notes.append(f"set aside {self.receipts_set_aside} receipt(s) whose workload row was never written "
                          f"(into {RECEIPTS}.rejected)")
+        if self.disagreeing_set_aside:
+            notes.append(f"set aside {self.disagreeing_set_aside} receipt(s) whose expected outputs contradict an "
+                         f"earlier receipt of the same workload (into {RECEIPTS}.rejected; the first capture stays)")
         if self.gc_deleted is not None:
             notes.append(f"finished a gc that was killed mid-deletion ({self.gc_deleted} more blob(s) deleted)")
         if self.manifest == "rolled-forward":
@@ -244,7 +265,8 @@ class RepairReport:
         return {"changed": self.changed, "ok": self.ok, "import_recovery": self.import_recovery,
                 "lines": [{"path": r.path, "removed_lines": list(r.removed_lines), "set_aside": r.set_aside}
                           for r in self.lines],
-                "receipts_set_aside": self.receipts_set_aside, "gc_deleted": self.gc_deleted,
+                "receipts_set_aside": self.receipts_set_aside,
+                "disagreeing_set_aside": self.disagreeing_set_aside, "gc_deleted": self.gc_deleted,
                 "manifest": self.manifest, "refusals": list(self.refusals), "notes": self.notes(),
                 "definitions_reordered": list(self.definitions_reordered), "pack_indexes": list(self.pack_indexes)}
 
@@ -275,8 +297,9 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
         files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
         results = [r for r in (jsonl.repair(f) for f in files) if r.removed_lines]
         orphans = _orphan_receipt_lines(root) if detect_layout(root) == IKDATA else []
-        if orphans:
-            results.append(_set_aside_lines(root / RECEIPTS, orphans))
+        disagreeing = _disagreeing_receipt_lines(root) if detect_layout(root) == IKDATA else []
+        if orphans or disagreeing:
+            results.append(_set_aside_lines(root / RECEIPTS, sorted(set(orphans) | set(disagreeing))))
         gc_deleted = _finish_gc(root)
         from ikdata.core.pack_writer import repair_packs
 
@@ -289,7 +312,7 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
             manifest.write(root)
             written = "rolled-forward" if has_manifest else "written"
     return RepairReport(tuple(results), recovery, len(orphans), gc_deleted, written, state.refusals,
-                        tuple(reordered), pack_indexes)
+                        tuple(reordered), pack_indexes, len(disagreeing))
 
 
 def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = None) -> list[str]:

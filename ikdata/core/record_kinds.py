@@ -22,6 +22,8 @@ class RecordKind:
         suffix: ``.json`` (one record per file) or ``.jsonl`` (one per line).
         schema: the schema in ``schemas/`` a record follows, or None where the file's own reader checks it.
         folder: ``top`` is a folder (searched recursively) rather than one file.
+        imported: how an import's journal may write it: ``"append"`` (lines added), ``"create"`` (a new
+            file, never overwritten), or None (an import never writes it).
     """
 
     name: str
@@ -29,6 +31,7 @@ class RecordKind:
     suffix: str
     schema: str | None
     folder: bool = True
+    imported: str | None = None
 
     def owns(self, relative: str) -> bool:
         """Whether a dataset-relative path is a file of this kind (by its text alone)."""
@@ -38,16 +41,17 @@ class RecordKind:
 
 
 KINDS: tuple[RecordKind, ...] = (
-    RecordKind("definitions", "definitions", ".json", "definition"),
-    RecordKind("workload rows", "workloads", ".jsonl", "workload"),
-    RecordKind("receipts", "receipts.jsonl", ".jsonl", "receipt", folder=False),
+    RecordKind("definitions", "definitions", ".json", "definition", imported="create"),
+    RecordKind("workload rows", "workloads", ".jsonl", "workload", imported="append"),
+    RecordKind("receipts", "receipts.jsonl", ".jsonl", "receipt", folder=False, imported="append"),
+    RecordKind("receipts' shared validations", "reports/shared", ".json", "validation", imported="create"),
     RecordKind("replay reports", "reports", ".json", "report"),
-    RecordKind("report journals and shared validations", "reports", ".jsonl", None),
-    RecordKind("diffusion trajectories", "trajectories", ".jsonl", "trajectory"),
-    RecordKind("model records", "models", ".json", "model"),
+    RecordKind("report journals", "reports", ".jsonl", None),
+    RecordKind("diffusion trajectories", "trajectories", ".jsonl", "trajectory", imported="append"),
+    RecordKind("model records", "models", ".json", "model", imported="create"),
 )
 
-RECORD_TOPS: tuple[str, ...] = tuple(dict.fromkeys(k.top for k in KINDS if k.folder))
+RECORD_TOPS: tuple[str, ...] = tuple(dict.fromkeys(k.top.split("/")[0] for k in KINDS if k.folder))
 RECORD_FILES: tuple[str, ...] = tuple(k.top for k in KINDS if not k.folder)
 
 

@@ -9,6 +9,7 @@ processes may add to one dataset at once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -19,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
+from ikdata.core.repeats import outputs_key
 from ikdata.core import faults, jsonl
 from ikdata.core.dataset import RECEIPTS
 from ikdata.core.definitions import Definition, definition_bytes, definition_relpath, workloads_relpath
@@ -85,6 +87,7 @@ class DatasetWriter:
         self.root = Path(root)
         self.store = BlobStore(self.root)
         self._written_definitions: set[str] = set()
+        self._written: dict[str, bytes] = {}  # uuid -> digest of its outputs, as this writer appended them
 
     def add_definition(self, definition: Definition) -> None:
         """Write ``definitions/<op_type>/<name>.json``; refuse a different one of the same name."""
@@ -207,9 +210,17 @@ class DatasetWriter:
                 except as said above).
         """
         rows: dict[str, list[dict]] = {}
-        for result in results:
+        fresh, keys = [], {}
+        for result in results:  # the same capture again is one workload (core.repeats): written once
+            key = hashlib.sha256(outputs_key(result.receipt.expected_output)).digest()
+            if self._written.get(result.row.uuid, keys.get(result.row.uuid)) == key:
+                continue
+            keys.setdefault(result.row.uuid, key)
+            fresh.append(result)
+        for result in fresh:
             rows.setdefault(result.path, []).append(result.row.to_dict())
-        self.append_records(rows, [r.receipt.to_dict() for r in results])
+        self.append_records(rows, [r.receipt.to_dict() for r in fresh])
+        self._written.update(keys)
 
     def append_records(self, rows: Mapping[str, Sequence[dict]], receipts: Sequence[dict]) -> None:
         """:meth:`append` for records already made: workload file (relative) -> rows, and receipts."""

@@ -194,7 +194,7 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict,
         if progress:
             progress(Progress("stage", len(steps), len(plan.blobs)))
     checkpoint("blobs-staged")
-    appends = dict(plan.rows)
+    appends = {**plan.rows, **plan.carried.appends}
     if plan.receipts:
         appends["receipts.jsonl"] = plan.receipts
     for number, (target, records) in enumerate(sorted(appends.items())):
@@ -204,7 +204,7 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict,
         base = (dst / target).read_bytes() if (dst / target).is_file() else b""
         steps.append({"kind": "append", "staged": staged.relative_to(dst).as_posix(), "target": target,
                       "base_size": len(base), "base_digest": bytes_digest(base)})
-    for number, (target, data) in enumerate(sorted(plan.definitions.items())):
+    for number, (target, data) in enumerate(sorted({**plan.definitions, **plan.carried.files}.items())):
         staged = staging / f"definition-{number}.part"
         write_atomic(staged, [data])
         steps.append({"kind": "create", "staged": staged.relative_to(dst).as_posix(), "target": target})

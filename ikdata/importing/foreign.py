@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
+from ikdata.core import repeats
 from ikdata.core import jsonl, manifest, schema
 from ikdata.core.dataset import FLASHINFER, IKDATA, SEED, Dataset, seed_receipt
 from ikdata.core.definitions import REORDERED_BY_WRITING, Definition
@@ -130,6 +131,7 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
     hashed: dict[Path, Any] = {}
     for row in _records(ds, ds.workload_files(), "workload", known, source):
         _add_row(ds, row, source, hashed, keep_random)
+    seen = repeats.Repeats()
     for receipt in _records(ds, ds.receipt_files(), "receipt", known_receipts or {}, source):
         where = f"{receipt.source}:{receipt.line}"
         record = receipt.to_dict()
@@ -139,11 +141,10 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
         if any(v is None for v in expected.values()):
             continue
         record["expected_output"] = expected
-        if receipt.uuid in source.receipts and source.receipts[receipt.uuid] != record:
-            source.problems.append(Problem(receipt.source, f"a second, different receipt for {receipt.uuid}",
-                                           receipt.line, "/uuid"))
-            continue
+        if not seen.see(receipt.uuid, receipt.expected_output, receipt.source, receipt.line):
+            continue  # the same capture again (one workload), or a finding (core.repeats) listed below
         source.receipts[receipt.uuid] = record
+    source.problems += seen.problems()
     source.problems += ds.problems  # record files the path rule refused (links out of SRC)
     _read_report(ds, source)
     return source

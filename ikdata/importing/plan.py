@@ -39,6 +39,8 @@ from ikdata.importing.checks import check_against_blobs
 from ikdata.core.safetensors_format import canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
+from ikdata.core.safetensors_format import BLOB_KEY
+from ikdata.importing.carried import Carried, plan_carried
 
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
 SEED_TOLERANCES = {k: DEFAULT_TOLERANCES[k] for k in ("bfloat16", "float32")}
@@ -63,6 +65,7 @@ class ImportPlan:
     conflicts: list[str] = field(default_factory=list)
     conflict_paths: list[str] = field(default_factory=list)
     dst_parents: list[str] = field(default_factory=list)
+    carried: Carried = field(default_factory=Carried)                 # trajectories and model records
 
     @property
     def bytes_in(self) -> int:
@@ -71,7 +74,8 @@ class ImportPlan:
     @property
     def is_noop(self) -> bool:
         """Nothing to write, and SRC is already a parent of DST."""
-        return not (self.rows or self.receipts or self.definitions or self.blobs) and \
+        return not (self.rows or self.receipts or self.definitions or self.blobs or self.carried.appends
+                    or self.carried.files) and \
             self.source.dataset_id in self.dst_parents
 
 
@@ -279,6 +283,13 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         if new_receipt is not None:
             plan.receipts.append(new_receipt)
         plan.added.append(uuid)
+    if source.layout == "ikdata":  # trajectories and models ride with the workloads they tie together
+        plan.carried = plan_carried(Path(source.root), dst, set(plan.added) | set(plan.skipped) | set(dst_rows))
+        if plan.carried.problems:
+            raise ProblemsFound(plan.carried.problems, f"{source.root}: cannot import, SRC has "
+                                f"{len(plan.carried.problems)} problem(s) in its trajectories")
+        plan.conflicts += plan.carried.conflicts
+        plan.left_out += [LeftOut(*entry) for entry in plan.carried.left_out]
     _plan_blobs(plan, dst, progress)
     check_against_blobs(plan, dst)  # what validate checks: shapes by axes, metrics by the bytes
     return plan
@@ -307,6 +318,11 @@ def _plan_blobs(plan: ImportPlan, dst: Path, progress: ProgressCallback | None =
     store = BlobStore(dst)
     records = [row for rows in plan.rows.values() for row in rows] + plan.receipts
     needed = {digest_from_path(path) for record in records for path in blob_paths(record)}
+    for path in sorted(plan.carried.blob_paths):  # a trajectory's or model's own tensors (final latents, weights)
+        digest = digest_from_path(path)
+        needed.add(digest)
+        if digest not in plan.source.tensors:
+            plan.source.tensors[digest] = TensorSource(Path(plan.source.root) / path, BLOB_KEY, True, None)
     unread = []
     for digest in sorted(needed):
         if store.has(digest):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from ikdata.core import repeats
 from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.digest import bytes_digest
@@ -185,8 +186,11 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
 
     declared: dict[str, list[str]] = {}
     contexts: dict[str, tuple[str, int | None]] = {}  # shared contexts receipts name (core.verdicts): checked once
+    seen = repeats.Repeats()  # one uuid, two receipts: the one rule (core.repeats)
     for receipt in ds.receipts(validate=True):
         report.receipts += 1
+        if not seen.see(receipt.uuid, receipt.expected_output, receipt.source, receipt.line):
+            continue  # a repeat: the same capture again (clean), or a finding listed below
         if receipt.validation and isinstance(receipt.validation.get("shared"), str):
             contexts.setdefault(receipt.validation["shared"], (receipt.source, receipt.line))
         if not receipt.expected_output and isinstance(receipt.provenance.get("random_inputs"), list):
@@ -214,6 +218,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
                                  spec.torch_dtype if spec else None,
                                  definition.shape_of(name, axes) if definition else None,
                                  f"output {name!r} of {receipt.definition!r}"))
+    problems += seen.problems()
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += _context_problems(ds, contexts)
     problems += ds.problems

@@ -34,6 +34,7 @@ from ikdata.core import trajectories as traj_mod
 from ikdata.core import trajectory_verdicts as rules
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.records import Scalar, TensorRef
+from ikdata.core.repeats import first_receipts
 from ikdata.core.store import digest_from_path
 from ikdata.replay import families, floor
 
@@ -531,7 +532,7 @@ def blob_paths(ds: Any) -> list[str]:
 
     found = traj_mod.read_all(ds.root)
     paths = {path for t in found.trajectories for _, path in t.tensor_paths()}
-    receipts = {r.uuid: r for r in ds.receipts()}
+    receipts = first_receipts(ds.receipts())[0]
     for name, definition in ds.definitions.items():
         if not is_denoiser(definition):
             continue

@@ -301,8 +301,11 @@ def _worker_run(ds: Any, source: Source) -> Any:
     from ikdata.replay.reuse import ReuseCache
 
     device_kind, _ = runner._check_device(source.device)
+    from ikdata.core.repeats import first_receipts
+
+    receipts, seen = first_receipts(ds.receipts())
     return runner._Run(ds, source.device, device_kind, str(torch.__version__), frozenset(source.trust), None,
-                       ReuseCache(None), False, {r.uuid: r for r in ds.receipts()})
+                       ReuseCache(None), False, receipts, repeats=seen)
 
 
 def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[dict], int]:

@@ -29,6 +29,7 @@ from ikdata.core.errors import DefinitionError, IkdataError, RecordError, Untrus
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
+from ikdata.core.repeats import Repeats, first_receipts
 from ikdata.judging import families
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
@@ -136,6 +137,7 @@ class _Run:
     references: dict[str, Callable[..., Any]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)  # definition -> why its reference cannot load
     refused: dict[str, Refusal] = field(default_factory=dict)
+    repeats: Repeats = field(default_factory=Repeats)  # uuids whose receipts disagree (core.repeats)
 
     def __post_init__(self) -> None:
         self.store = BlobStore(self.ds.root)
@@ -209,10 +211,11 @@ def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard
     fresh = report_mod.header(device=device, device_name=device_name, torch_version=str(torch.__version__),
                               tolerances=tolerances.table(), shard=str(shard) if shard else None)
     out = (report_mod.ReportFile.resume if resume else report_mod.ReportFile.start)(report_path, fresh)
+    receipts, seen = first_receipts(ds.receipts())
     run = _Run(ds, device, device_kind, str(torch.__version__),
                frozenset(trust), out,  # exact template instances are in ds.trusted_definitions
                ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
-               {r.uuid: r for r in ds.receipts()})
+               receipts, repeats=seen)
     return run, rows, seen_problems
 
 
@@ -337,6 +340,9 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
     started = time.perf_counter()
     case: dict[str, Any] = {"definition": row.definition, "uuid": row.uuid, "axes": dict(row.axes)}
     receipt = run.receipts.get(row.uuid)
+    repeat = run.repeats.found.get(row.uuid)
+    if repeat is not None:  # two answers to one input: never judged as if there were one
+        return {**case, "status": FAILED, "seconds": time.perf_counter() - started, "reason": repeat.message}
     if receipt is None or not receipt.expected_output:
         why = "no receipt" if receipt is None else "its receipt has no expected_output"
         return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
