@@ -106,6 +106,10 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
                  + (f", uses the blob as {', '.join(chain.uses)}" if chain.uses else ""))
         capture = chain.capture or {}
         out.info("  captured: " + (", ".join(f"{k}={v}" for k, v in capture.items()) or "no receipt"))
+        if chain.call is not None:
+            call = chain.call
+            out.info(f"  pipeline call: {call['pipeline']} trajectory {call['trajectory'][:12]} ({call['where']}), "
+                     f"step {call['step']} {call['stream']} ({call['role']}), seed {call['seed']}")
         if chain.request is not None:
             out.info("  request: " + _shortened(json.dumps(chain.request, sort_keys=True, ensure_ascii=False,
                                                            default=str)))
@@ -154,7 +158,8 @@ def _when(at: object) -> str:
 def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
           b: Annotated[Path, typer.Argument(help="Dataset B (after).")], json_: JsonOpt = False,
           quiet: QuietOpt = False) -> None:
-    """Show workloads added, removed and changed per definition, and definitions changed."""
+    """Show workloads added, removed and changed per definition, definitions changed, and pipeline calls
+    (trajectories: seed, noise, model, scheduler) and model records that differ."""
     from ikdata.ops.diff import diff
 
     changes = diff(a, b)
@@ -163,10 +168,23 @@ def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
         o.result(changes.to_dict())
         return
     if changes.is_empty:
-        out.info(f"{a} and {b} hold the same workloads and definitions")
+        out.info(f"{a} and {b} hold the same workloads, definitions, trajectories and models")
         return
-    out.table(f"workloads {a} -> {b}", ["definition", "added", "removed", "changed"],
-              [(name, len(c.added), len(c.removed), len(c.changed)) for name, c in sorted(changes.workloads.items())])
+    if changes.workloads:
+        out.table(f"workloads {a} -> {b}", ["definition", "added", "removed", "changed"],
+                  [(name, len(c.added), len(c.removed), len(c.changed))
+                   for name, c in sorted(changes.workloads.items())])
+    for change in changes.trajectories:
+        if change.a is None or change.b is None:
+            where = "B only" if change.a is None else "A only"
+            out.info(f"trajectory {change.pipeline} {(change.b or change.a)[:12]}: {where}")
+            continue
+        differs = "; ".join(f"{k} {v[0]!r} -> {v[1]!r}" if k != "request" else "request changed"
+                            for k, v in sorted(change.differs.items())) or "steps' tensors differ"
+        out.info(f"trajectory {change.pipeline} {change.a[:12]} -> {change.b[:12]}: {differs}")
+    for label, digests in (("added", changes.models_added), ("removed", changes.models_removed)):
+        for digest in digests:
+            out.info(f"model {label}: {digest[:12]}")
     for label, names in (("added", changes.definitions_added), ("removed", changes.definitions_removed),
                          ("changed", changes.definitions_changed)):
         for name in names:

@@ -45,14 +45,30 @@ class Chain:
     validations: tuple[dict, ...]
     uses: tuple[str, ...] = ()
     request: Any = None
+    call: dict[str, Any] | None = None  # the pipeline call (trajectory) this workload is a step of
 
     def to_dict(self) -> dict:
         return {"uuid": self.uuid, "definition": self.definition, "row": self.row, "capture": self.capture,
-                "request": self.request, "imports": list(self.imports), "validations": list(self.validations),
-                "uses": list(self.uses)}
+                "request": self.request, "call": self.call, "imports": list(self.imports),
+                "validations": list(self.validations), "uses": list(self.uses)}
 
 
 def trace(path: str | os.PathLike, key: str) -> list[Chain]:
+    """:func:`_trace`, each chain with the pipeline call it is a step of (a diffusion trajectory), if any."""
+    import dataclasses
+
+    from ikdata.core.trajectories import files
+    from ikdata.ops.trajectories import calls_of
+
+    chains = _trace(path, key)
+    if not files(Path(path)):
+        return chains
+    calls = calls_of(path, {c.uuid for c in chains})
+    return [dataclasses.replace(c, call=calls[c.uuid], request=c.request if c.request is not None
+                                else calls[c.uuid]["request"]) if c.uuid in calls else c for c in chains]
+
+
+def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
     """The chain of the workload with uuid ``key`` (a unique prefix is enough), of every
     workload that uses the blob with digest ``key``, or of the workloads of a diffusion trajectory's
     steps (``TRAJECTORY[:STEP[:STREAM]]``).
@@ -65,7 +81,7 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     """
     from ikdata.ops.trajectories import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
 
-    stepped = None if DIGEST_RE.match(key) else step_chains(path, key, trace)
+    stepped = None if DIGEST_RE.match(key) else step_chains(path, key, _trace)
     if stepped is not None:
         return stepped
     ds = Dataset.open(path)

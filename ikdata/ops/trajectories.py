@@ -183,7 +183,24 @@ def step_chains(path: Any, key: str, trace: Callable[[Any, str], list]) -> list 
     return chains
 
 
-__all__ = ["validate_trajectories", "describe", "count", "TrajectoryCounts", "step_chains"]
+def calls_of(root: Any, uuids: set[str]) -> dict[str, dict[str, Any]]:
+    """The pipeline call each workload uuid was a step of: trajectory id, pipeline, step, stream, seed and the
+    request, for lineage. Uuids no trajectory names are absent."""
+    found: dict[str, dict[str, Any]] = {}
+    for traj in read_all(root, validate=False).trajectories:
+        record = traj.record
+        for step in record.get("steps") or []:
+            for kind, named in (step.get("workloads") or {}).items():
+                for uuid in set(named or []) & uuids:
+                    found.setdefault(uuid, {
+                        "trajectory": traj.id, "pipeline": (record.get("pipeline") or {}).get("class"),
+                        "step": step.get("index"), "stream": step.get("stream"), "role": kind,
+                        "seed": (record.get("noise") or {}).get("seed"), "request": record.get("request"),
+                        "where": f"{traj.source}:{traj.line}"})
+    return found
+
+
+__all__ = ["validate_trajectories", "describe", "count", "TrajectoryCounts", "step_chains", "calls_of"]
 
 
 def ids(root: Any) -> set[str]:
