@@ -11,6 +11,7 @@ pass. A family names its functions by module path, so this module loads no torch
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -28,44 +29,83 @@ class Family:
         regroup: ``"module:function"`` called as ``f(report)`` on the cases of combined shards (a dict
             report, changed in place). None when a combined case needs nothing more.
         needs_whole_run: finish only when the run was not narrowed to named definitions.
+        owns: ``"module:function"`` called as ``f(definition)``: whether this family judges the definition's
+            workloads (the first family that owns a definition takes it; operators take the rest).
+        settle: ``f(run, row, case)``: a case decided before any tensor loads (e.g. a denoiser step waits for
+            its trajectory), or None to go on as operators do.
+        execute: ``f(run, row, pending)``: judge one case of an owned definition once its reference is known.
+        blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
     """
 
     name: str
     finish: str | None = None
     regroup: str | None = None
     needs_whole_run: bool = False
+    owns: str | None = None
+    settle: str | None = None
+    execute: str | None = None
+    blobs: str | None = None
 
-    def _call(self, spec: str | None) -> Callable[..., Any] | None:
-        if spec is None:
-            return None
-        module, _, function = spec.partition(":")
-        return getattr(importlib.import_module(module), function)
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The family's function ``name`` ("finish", "regroup", "owns", "settle", "execute"), or None."""
+        return _resolve(getattr(self, name))
+
+
+@functools.cache
+def _resolve(spec: str | None) -> Callable[..., Any] | None:
+    if spec is None:
+        return None
+    module, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("operators"),
-    Family("sampling", finish="ikdata.replay.sampling:finish", regroup="ikdata.replay.sampling:regroup"),
-    Family("diffusion", finish="ikdata.replay.diffusion:finish", regroup="ikdata.core.trajectory_verdicts:regroup",
-           needs_whole_run=True),
+    Family("sampling", owns="ikdata.replay.sampling:is_sampling", execute="ikdata.replay.sampling:execute_case",
+           finish="ikdata.replay.sampling:finish", regroup="ikdata.replay.sampling:regroup"),
+    Family("diffusion", owns="ikdata.replay.diffusion:is_denoiser", settle="ikdata.replay.diffusion:settle_step",
+           finish="ikdata.replay.diffusion:finish", regroup="ikdata.core.trajectory_verdicts:regroup",
+           blobs="ikdata.replay.diffusion:blob_paths", needs_whole_run=True),
+    Family("operators"),  # judged case by case by closeness or a metric judge: the replay loop itself
 )
+OPERATORS = FAMILIES[-1]
+
+
+def owner(definition: Any) -> Family:
+    """The family that judges a definition's workloads (operators when no other claims it)."""
+    if definition is not None:
+        for family in FAMILIES:
+            owns = family.hook("owns")
+            if owns is not None and owns(definition):
+                return family
+    return OPERATORS
 
 
 def finish_all(run: Any, *, shard: Any = None, narrowed: bool = False,
                settings: Mapping[str, Any] | None = None) -> None:
     """Let every family decide what it judges over many cases, in declaration order."""
     for family in FAMILIES:
-        finish = family._call(family.finish)
+        finish = family.hook("finish")
         if finish is None or (narrowed and family.needs_whole_run):
             continue
         finish(run, shard=shard, settings=(settings or {}).get(family.name))
 
 
+def finish_blobs(ds: Any) -> list[str]:
+    """Every blob the families' ``finish`` will load from ``ds``."""
+    paths: set[str] = set()
+    for family in FAMILIES:
+        blobs = family.hook("blobs")
+        if blobs is not None:
+            paths |= set(blobs(ds))
+    return sorted(paths)
+
+
 def regroup_all(report: dict[str, Any]) -> None:
     """Decide every family's groups again over the combined cases of shards."""
     for family in FAMILIES:
-        regroup = family._call(family.regroup)
+        regroup = family.hook("regroup")
         if regroup is not None:
             regroup(report)
 
 
-__all__ = ["FAMILIES", "Family", "finish_all", "regroup_all"]
+__all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "owner", "regroup_all"]

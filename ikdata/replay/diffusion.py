@@ -89,6 +89,13 @@ def is_denoiser(definition: Any) -> bool:
     return DENOISER_TAG in (record.get("tags") or ())
 
 
+def settle_step(run: Any, row: Any, case: dict[str, Any]) -> dict[str, Any]:
+    """The diffusion family's settle (:mod:`ikdata.judging.families`): a denoiser step needs the model and
+    the floor, so its case waits for its trajectory's."""
+    return {**case, "status": "skipped",
+            "reason": "a denoiser step: judged with its noise floor by its trajectory's case (trajectory:...)"}
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """‖a − b‖ / ‖b‖ in float64; 0 when both are zero."""
     a, b = a.double(), b.double()
@@ -530,6 +537,8 @@ def blob_paths(ds: Any) -> list[str]:
     workloads' inputs and expected outputs, stored models. What a replay from a URL fetches first."""
     from ikdata.core import models
 
+    if not traj_mod.files(ds.root):
+        return []
     found = traj_mod.read_all(ds.root)
     paths = {path for t in found.trajectories for _, path in t.tensor_paths()}
     receipts = first_receipts(ds.receipts())[0]

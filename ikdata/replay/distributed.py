@@ -249,15 +249,15 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
 
 def _fetch_for_families(ds: Any, location: str, cache_bytes: int) -> None:
     """Bring the blobs the driver's families judge (trajectories) from the remote, each verified."""
-    from ikdata.core.trajectories import files
+    from ikdata.judging import families
     from ikdata.remote.blob_cache import BlobCache
     from ikdata.remote.connect import open_backend
-    from ikdata.replay import diffusion
 
-    if not files(ds.root):
+    needed = families.finish_blobs(ds)
+    if not needed:
         return
     with open_backend(location) as backend:
-        BlobCache(backend, ds.root, max_bytes=cache_bytes).ensure(diffusion.blob_paths(ds))
+        BlobCache(backend, ds.root, max_bytes=cache_bytes).ensure(needed)
 
 
 # -- the worker side ------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from ikdata.core.repeats import Repeats, first_receipts
 from ikdata.judging import families
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
-from ikdata.replay import sampling as sampling_judge
 from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
 from ikdata.core.store import BlobStore, digest_from_path
 
@@ -347,15 +346,16 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
         why = "no receipt" if receipt is None else "its receipt has no expected_output"
         return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
                 "reason": f"no expected outputs to judge against ({why}; e.g. an imported workload)"}
-    if _is_denoiser(run, row):  # needs the model and the floor: judged per step by its trajectory's case
-        return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
-                "reason": "a denoiser step: judged with its noise floor by its trajectory's case (trajectory:...)"}
+    definition = run.ds.definitions.get(row.definition)
+    settle = families.owner(definition).hook("settle")
+    settled = settle(run, row, case) if settle is not None else None
+    if settled is not None:  # its family decided without a tensor (a denoiser step waits for its trajectory)
+        return {**settled, "seconds": time.perf_counter() - started}
     unverified = receipt.provenance.get("unverified")
     if unverified:  # capture could not vouch for the bytes its inputs name (docs/capture.md): never judged
         reason = unverified.get("reason") if isinstance(unverified, dict) else str(unverified)
         return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
                 "reason": f"unverified capture, not judged: {reason}"}
-    definition = run.ds.definitions.get(row.definition)
     try:
         if definition is None:
             raise DefinitionError(f"no definition named {row.definition!r} in {run.ds.root}/definitions or the "
@@ -377,19 +377,14 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
     return _Pending(case, definition, reference, receipt, started)
 
 
-def _is_denoiser(run: _Run, row: WorkloadRow) -> bool:
-    from ikdata.replay.diffusion import is_denoiser
-
-    return is_denoiser(run.ds.definitions.get(row.definition))
-
-
 def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:
     """Load the verified inputs and expected outputs, run the reference, judge every output."""
     case, definition, reference, receipt, started = (pending.case, pending.definition, pending.reference,
                                                      pending.receipt, pending.started)
-    if sampling_judge.is_sampling(definition):  # draws judged against the distribution, not by closeness
+    execute = families.owner(definition).hook("execute")
+    if execute is not None:  # its family judges it (sampling: draws against the distribution, not closeness)
         try:
-            return sampling_judge.execute(run, row, pending, _load_all)
+            return execute(run, row, pending)
         except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
             case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
                         seconds=time.perf_counter() - started)
@@ -444,6 +439,9 @@ def _load_all(run: _Run, specs: Mapping[str, Any], descriptors: Mapping[str, Any
         else:
             raise RecordError(f"{name!r} is a 'random' input, which has no data to replay", path=where)
     return values, digests
+
+
+load_all = _load_all  # the verified loads of a case's tensors, for families that judge a case themselves
 
 
 def _name_outputs(definition: Definition, returned: Any) -> dict[str, Any]:

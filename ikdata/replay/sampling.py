@@ -108,6 +108,13 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
     return case
 
 
+def execute_case(run: Any, row: Any, pending: Any) -> dict[str, Any]:
+    """The sampling family's judge of one case (:mod:`ikdata.judging.families`)."""
+    from ikdata.replay.runner import load_all
+
+    return execute(run, row, pending, load_all)
+
+
 def decide_all(out: Any) -> list[dict[str, Any]]:
     """Pool the sampling cases of every definition in the report; update each case and the report's "sampling".
 
@@ -167,4 +174,4 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-__all__ = ["verdict_lines", "AWAITING", "decide_all", "execute", "finish", "is_sampling", "judge_settings", "regroup"]
+__all__ = ["verdict_lines", "AWAITING", "decide_all", "execute", "execute_case", "finish", "is_sampling", "judge_settings", "regroup"]
