@@ -11,18 +11,51 @@ torch), sharing in :mod:`ikdata.remote`.
 
 from __future__ import annotations
 
-from ikdata.core.dataset import Dataset, open
-from ikdata.core.definitions import Definition
-from ikdata.core.errors import (BlobCorrupted, BlobNotFound, DefinitionError, FileSystemError, IkdataError,
-                           MergeConflict, ProblemsFound, RecordError, RemoteError, StoreError, UntrustedReference,
-                           UsageError)
-from ikdata.importing.apply import ImportResult, import_dataset
-from ikdata.core.problems import Problem
-from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
-from ikdata.core.store import BlobStore
-from ikdata.ops.validate import ValidationReport, validate
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any
 
-__version__ = "0.1.0"
+from ikdata._version import __version__
+
+# The face is lazy (PEP 562): ``import ikdata.core.digest`` loads the core module alone, not every
+# engine, and ``ikdata.open`` still works as before. Each name below comes from the module it names.
+_FACE = {
+    "Dataset": "ikdata.core.dataset", "open": "ikdata.core.dataset", "Definition": "ikdata.core.definitions",
+    "BlobCorrupted": "ikdata.core.errors", "BlobNotFound": "ikdata.core.errors", "DefinitionError": "ikdata.core.errors",
+    "FileSystemError": "ikdata.core.errors", "IkdataError": "ikdata.core.errors", "MergeConflict": "ikdata.core.errors",
+    "ProblemsFound": "ikdata.core.errors", "RecordError": "ikdata.core.errors", "RemoteError": "ikdata.core.errors",
+    "StoreError": "ikdata.core.errors", "UntrustedReference": "ikdata.core.errors", "UsageError": "ikdata.core.errors",
+    "ImportResult": "ikdata.importing.apply", "import_dataset": "ikdata.importing.apply",
+    "Problem": "ikdata.core.problems", "Receipt": "ikdata.core.records", "Scalar": "ikdata.core.records",
+    "TensorRef": "ikdata.core.records", "WorkloadRow": "ikdata.core.records", "BlobStore": "ikdata.core.store",
+    "ValidationReport": "ikdata.ops.validate", "validate": "ikdata.ops.validate",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ikdata' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FACE))
+
+
+if _TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
+    from ikdata.core.dataset import Dataset, open  # noqa: F401
+    from ikdata.core.definitions import Definition  # noqa: F401
+    from ikdata.core.errors import (BlobCorrupted, BlobNotFound, DefinitionError, FileSystemError,  # noqa: F401
+                                    IkdataError, MergeConflict, ProblemsFound, RecordError, RemoteError, StoreError,
+                                    UntrustedReference, UsageError)
+    from ikdata.core.problems import Problem  # noqa: F401
+    from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow  # noqa: F401
+    from ikdata.core.store import BlobStore  # noqa: F401
+    from ikdata.importing.apply import ImportResult, import_dataset  # noqa: F401
+    from ikdata.ops.validate import ValidationReport, validate  # noqa: F401
 
 __all__ = [
     "BlobCorrupted", "BlobNotFound", "BlobStore", "Dataset", "Definition", "DefinitionError", "FileSystemError",

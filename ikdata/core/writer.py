@@ -43,7 +43,7 @@ def workload_uuid(definition: str, inputs: Mapping[str, Any], provenance: Mappin
 
 def default_provenance() -> dict[str, Any]:
     """Facts every receipt carries: process, host, versions, time."""
-    from ikdata import __version__
+    from ikdata._version import __version__
 
     facts: dict[str, Any] = {"process_id": os.getpid(), "host": socket.gethostname(),
                              "ikdata_version": __version__, "captured_at": time.time()}

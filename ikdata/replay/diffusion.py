@@ -598,7 +598,7 @@ def reuse_key(ctx: _Context, traj: traj_mod.Trajectory) -> str | None:
     """The digest that makes two trajectory judgements the same: the trajectory (its id covers every blob's
     digest), the model, the denoiser definitions' references, the settings, the clip's and the pipeline
     builder's bytes, the device kind, torch and ikdata versions. None when a named file cannot be read."""
-    from ikdata import __version__
+    from ikdata._version import __version__
     from ikdata.core.digest import bytes_digest, record_digest
 
     settings = ctx.settings

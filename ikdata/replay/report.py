@@ -33,7 +33,7 @@ def case_order(case: Mapping[str, Any]) -> tuple[str, str]:
 def header(*, device: str, device_name: str | None, torch_version: str, tolerances: Mapping[str, Any],
            shard: str | None) -> dict[str, Any]:
     """A new report without cases."""
-    from ikdata import __version__
+    from ikdata._version import __version__
 
     return {"format": FORMAT, "torch": torch_version, "ikdata_version": __version__, "device": device,
             "device_name": device_name, "comparison": "all output elements", "tolerances": dict(tolerances),

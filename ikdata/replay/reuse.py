@@ -52,7 +52,7 @@ def reuse_key(*, reference_digest: str, input_digests: Mapping[str, str], scalar
               expected_digests: Mapping[str, str], device_kind: str, torch_version: str,
               judging: Mapping[str, Any]) -> str:
     """The digest that decides whether two cases are the same replay."""
-    from ikdata import __version__
+    from ikdata._version import __version__
 
     return record_digest({"reference": reference_digest, "inputs": dict(input_digests), "scalars": dict(scalars),
                           "expected": dict(expected_digests), "device": device_kind, "torch": torch_version,
