@@ -83,3 +83,21 @@ def test_the_registry_is_what_the_manifest_tracks_and_a_remote_may_list():
         assert record_path_refusal(example) is None, kind
     for outside in ("blob/sha256/ab/x.json", "notes.json", "trajectories/x.txt", ".ikdata-index.sqlite"):
         assert record_path_refusal(outside) is not None
+
+
+def test_the_exception_tree_drawn_in_errors_is_every_exception_the_library_defines():
+    from ikdata.core import errors
+
+    drawn = set()
+    for line in errors.__doc__.splitlines():
+        word = line.strip().split(" ")[0]
+        if word.isidentifier() and word[0].isupper():
+            drawn.add(word)
+    defined = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in drawn)
+                    for b in node.bases):
+                defined.add(node.name)
+    assert defined - drawn == set(), "exception classes missing from the tree in core/errors.py"

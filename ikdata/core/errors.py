@@ -3,15 +3,22 @@
     IkdataError
       UsageError            a bad option or configuration (exit 2)
       RecordError           a record that is malformed (.path, .line, .pointer)
+        UnsafePath          a path that breaks contract 3 (.relative, .reason)         core/paths.py
       DefinitionError       a definition that is inconsistent, or a capture that breaks it
       UntrustedReference    a reference that may not run (.digest, .source)
       StoreError            (.digest, .path)
         BlobNotFound
         BlobCorrupted
+        PackError           a pack or pack index that is not what it claims           core/packs.py
       ProblemsFound         a check found problems (.problems)
       MergeConflict         an import that would overwrite different content (.paths)
       RemoteError           a remote that cannot be reached or read (.url)
+        PublishConflict     another writer published first (compare-and-swap lost)   remote/backend.py
+        BlobRefused         a fetched blob is not the tensor its name says            remote/blob_cache.py
       FileSystemError       the OS refused a read or write (.filename, .operation, .errno); also an OSError
+
+    FormatError (a ValueError, core/safetensors_format.py) is the header parser's own: every caller turns
+    it into a located Problem or a StoreError, so it never reaches a user.
 
 Every message says where, what, and what to do. The CLI formats these in one
 place; library code raises them with the facts as attributes.
