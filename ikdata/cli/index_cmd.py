@@ -15,20 +15,33 @@ from ikdata.cli._options import DatasetArg, JsonOpt, QuietOpt
 def index(path: DatasetArg, json_: JsonOpt = False,
           refresh: Annotated[bool, typer.Option("--refresh", help="Update it instead of rebuilding.")] = False,
           quiet: QuietOpt = False) -> None:
-    """Rebuild the uuid index that show and lineage use (it is also refreshed on every use)."""
+    """Rebuild the uuid index that show and lineage use (it is also refreshed on every use).
+
+    Exit 1 when the index's place holds a link, a special file or a database that is not an
+    ikdata index (left untouched), or when a row file is refused by the path rule (not indexed).
+    """
+    import sqlite3
+
+    from ikdata.core.dataset import Dataset
     from ikdata.core.errors import UsageError
-    from ikdata.core.index import open_index
+    from ikdata.core.index import open_index, record_files
 
     if not (path / "workloads").is_dir():
         raise UsageError(f"{path}: not an ikdata dataset (no workloads/ folder)")
+    ds = Dataset.open(path)
     try:
-        opened, result = open_index(path, rebuild=not refresh)
+        opened, result = open_index(path, rebuild=not refresh, files=record_files(ds))
     except OSError as exc:
         raise UsageError(f"{path}: cannot write the index ({exc.strerror}); lookups will scan the files") from exc
+    except sqlite3.Error as exc:  # a full disk or a broken file system, as SQLite says it
+        raise UsageError(f"{path}: cannot write the index ({exc}); lookups will scan the files") from exc
     with opened:
         counts = opened.counts()
     document = {"path": str(path), "rows": sum(counts.values()), "definitions": len(counts),
                 "files_indexed": result.rebuilt + result.extended, "files_dropped": result.dropped}
-    out.Output(json=json_, quiet=quiet).result(document, lambda: out.info(
+    o = out.Output(json=json_, quiet=quiet)
+    o.result(document, lambda: out.info(
         f"indexed {document['rows']} workloads of {document['definitions']} definitions "
         f"in {document['files_indexed']} files ({path})"))
+    o.problems(ds.problems)
+    o.exit(ds.problems)

@@ -1,29 +1,61 @@
 """The lookup index: uuid -> file, line and byte offset of its workload row and receipts.
 
 An embedded SQLite file (``DATASET/.ikdata-index.sqlite``), derived data only: the JSONL
-files stay the source of truth. It is never trusted blindly: every open compares each
-indexed file's inode, size and mtime with what was recorded, and a file that only grew
-(JSONL writers append) is indexed from where it stopped, after checking that the bytes
-just before that point are still the ones indexed. A file rewritten or edited by hand is
-indexed again; a file that vanished drops its entries; an index that is not SQLite, or of
-another format, is rebuilt. So ``show`` and ``lineage`` cost a few B-tree lookups and one
-seek, whatever the number of rows.
+files stay the source of truth, and nothing in the index is believed until the files say so.
+
+- **Only ours is opened.** The index is used only when it is a regular file inside the
+  dataset (never a link, a FIFO or a hard link), marked as an ikdata index (SQLite
+  ``application_id`` and ``user_version``) and carrying a tag made with a per-user key kept
+  outside the dataset (``$IKDATA_CACHE_DIR/index-key``). An index someone planted, even one
+  in the right format, has no such tag and is rebuilt; a link, a special file or an SQLite
+  database of something else is never opened, written or dropped: the caller reads the files.
+- **Rebuilt aside.** A new index is built in a temp file in the dataset and renamed over the
+  old one, so no table of a file ikdata did not create is ever dropped.
+- **Rows are re-read.** Every entry a lookup returns is read again from its file, which must be
+  a record file the dataset lists by the path rule (:mod:`ikdata.core.paths`), with the kind,
+  inode, size and mtime the index recorded, and the line at the offset must parse and carry
+  the uuid. A mismatch rebuilds the index once, then the caller scans.
+- **Kept true.** Every open compares each indexed file's inode, size and mtime with what was
+  recorded; a file that only grew is indexed from where it stopped (after checking the bytes
+  just before that point), one rewritten is indexed again, one gone drops its entries.
+
+So ``show`` and ``lineage`` cost a few B-tree lookups and one seek, whatever the number of rows.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import secrets
 import sqlite3
+import stat
+import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import orjson
 
+from ikdata.core.errors import ProblemsFound
+from ikdata.core.problems import Problem
+
 INDEX_FILE = ".ikdata-index.sqlite"
-FORMAT = "ikdata-index/2"
+VERSION = 3
+FORMAT = f"ikdata-index/{VERSION}"
+APPLICATION_ID = 0x696B6478  # "ikdx" in the SQLite header: this file is an ikdata index
+KEY_FILE = "index-key"
+_SIDECARS = ("-wal", "-shm", "-journal")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 _TAIL = 4096  # bytes before the indexed end, rehashed to prove an append-only change
+
+# Problem codes of an index that is not used; the first two are said to the user (the dataset holds
+# something odd at the index's place), the others are ordinary reasons to read the files instead.
+REFUSED = "unsafe-index"  # a link or special file at the index's place
+FOREIGN = "foreign-index"  # an SQLite database that is not an ikdata index
+NOT_OURS = "index-owner"  # another user's index: left to them
+NO_KEY = "index-key"  # no per-user key can be kept: an index could not be told from a planted one
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,10 +100,15 @@ class RefreshResult:
 
 
 class Index:
-    """An open index over one dataset's record files; use :func:`open_index`."""
+    """An open index over one dataset's record files; use :func:`open_index`.
 
-    def __init__(self, root: Path, connection: sqlite3.Connection):
+    ``files``: the record files the dataset lists by the path rule (dataset-relative -> kind);
+    the index covers these and reads nothing else.
+    """
+
+    def __init__(self, root: Path, connection: sqlite3.Connection, files: dict[str, str]):
         self.root = root
+        self.files = dict(files)
         self._db = connection
 
     def close(self) -> None:
@@ -85,8 +122,9 @@ class Index:
 
     # -- keeping it true ---------------------------------------------------------------------
 
-    def refresh(self, files: dict[str, str]) -> RefreshResult:
-        """Bring the index up to date with ``files`` (dataset-relative path -> kind)."""
+    def refresh(self) -> RefreshResult:
+        """Bring the index up to date with its record files."""
+        files = self.files
         rebuilt = extended = dropped = rows = 0
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")  # one refresher at a time; others wait, then see its work
@@ -100,6 +138,8 @@ class Index:
                 try:
                     st = os.stat(full)
                 except FileNotFoundError:
+                    st = None
+                if st is None or not stat.S_ISREG(st.st_mode):
                     if path in known:
                         self._drop(path)
                         dropped += 1
@@ -126,7 +166,7 @@ class Index:
         self._db.execute("DELETE FROM files WHERE path = ?", (path,))
 
     def _index_file(self, path: str, kind: str, full: Path, st: os.stat_result, start: int, line: int) -> int:
-        with open(full, "rb") as stream:
+        with _open_regular(full) as stream:
             stream.seek(start)
             data = stream.read(st.st_size - start)
         end = data.rfind(b"\n") + 1  # a torn last line is not indexed until it is whole
@@ -140,11 +180,7 @@ class Index:
             except orjson.JSONDecodeError:
                 record = None
             if isinstance(record, dict):
-                if kind == "workload":
-                    workload = record.get("workload")
-                    uuid = workload.get("uuid") if isinstance(workload, dict) else None
-                else:
-                    uuid = record.get("uuid")
+                uuid = _uuid_of(record, kind)
                 definition = record.get("definition")
                 if isinstance(uuid, str):
                     entries.append((uuid, kind, definition if isinstance(definition, str) else None,
@@ -160,7 +196,8 @@ class Index:
     # -- lookups -----------------------------------------------------------------------------
 
     def find(self, prefix: str, kind: str = "workload", *, limit: int | None = None) -> list[Entry]:
-        """Entries whose uuid starts with ``prefix`` (a range scan of the uuid B-tree)."""
+        """Entries whose uuid starts with ``prefix`` (a range scan of the uuid B-tree); not yet
+        checked against the files: :meth:`read` does that."""
         query = ("SELECT uuid, kind, definition, path, line, offset FROM entries INDEXED BY entries_uuid "
                  "WHERE uuid >= ? AND uuid < ? AND kind = ? ORDER BY uuid, path, line")
         if limit is not None:
@@ -180,104 +217,321 @@ class Index:
                                      "GROUP BY definition"))
 
     def read(self, entry: Entry) -> dict:
-        """The record an entry points at, read with one seek; checked to still be that record.
+        """The record an entry points at, read again with one seek and checked to be that record:
+        its file is one the dataset lists for that kind, with the identity the index recorded, and
+        the line at the offset parses and carries the uuid.
 
         Raises:
-            LookupError: the line at that offset is not the indexed record (the index is stale).
+            LookupError: any of that does not hold (the index is stale or not to be believed).
         """
-        with open(self.root / entry.path, "rb") as stream:
+        where = f"{entry.path}:{entry.line}"
+        if self.files.get(entry.path) != entry.kind:
+            raise LookupError(f"{where}: the index names a file the dataset does not read {entry.kind} records from")
+        recorded = self._db.execute("SELECT kind, ino, size, mtime_ns, indexed FROM files WHERE path = ?",
+                                    (entry.path,)).fetchone()
+        if recorded is None or recorded[0] != entry.kind or not 0 <= entry.offset < recorded[4]:
+            raise LookupError(f"{where}: the index is stale")
+        try:
+            stream = _open_regular(self.root / entry.path)
+        except OSError as exc:
+            raise LookupError(f"{where}: {exc}") from exc
+        with stream:
+            st = os.fstat(stream.fileno())
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != tuple(recorded[1:4]):
+                raise LookupError(f"{where}: the index is stale (the file changed since it was indexed)")
             stream.seek(entry.offset)
             raw = stream.readline()
         try:
             record = orjson.loads(raw)
         except orjson.JSONDecodeError:
             record = None
-        uuid = None
-        if isinstance(record, dict):
-            uuid = (record.get("workload") or {}).get("uuid") if entry.kind == "workload" else record.get("uuid")
-        if uuid != entry.uuid:
-            raise LookupError(f"{entry.path}:{entry.line}: the index is stale")
+        if not isinstance(record, dict) or _uuid_of(record, entry.kind) != entry.uuid \
+                or (entry.kind == "workload" and record.get("definition") != entry.definition):
+            raise LookupError(f"{where}: the index is stale")
         return record
 
 
+def _uuid_of(record: dict, kind: str) -> object:
+    if kind == "workload":
+        workload = record.get("workload")
+        return workload.get("uuid") if isinstance(workload, dict) else None
+    return record.get("uuid")
+
+
+def _open_regular(path: Path):
+    """``path`` opened for reading, refused unless it is a regular file (a FIFO would block)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _tail_digest(path: Path, end: int) -> str:
-    with open(path, "rb") as stream:
+    with _open_regular(path) as stream:
         start = max(0, end - _TAIL)
         stream.seek(start)
         return hashlib.sha256(stream.read(end - start)).hexdigest()
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open the index, creating or replacing its tables when they are absent or of another format.
+# -- whose index it is ---------------------------------------------------------------------------
 
-    The check and the (re)creation run in one ``BEGIN IMMEDIATE`` transaction, so processes opening
-    a missing index at the same time create it once.
+def key_path() -> Path:
+    """``$IKDATA_CACHE_DIR/index-key``, else under ``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``."""
+    folder = os.environ.get("IKDATA_CACHE_DIR")
+    if not folder:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = os.path.join(base, "ikdata")
+    return Path(folder) / KEY_FILE
+
+
+_keys: dict[str, bytes] = {}
+
+
+def _key() -> bytes:
+    """This user's secret (32 random bytes, mode 0600, created once): an index tagged with it was
+    built by this user, which a file planted in a dataset cannot be.
+
+    Raises:
+        OSError: the key can neither be read nor created.
     """
+    path = key_path()
+    if str(path) in _keys:
+        return _keys[str(path)]
+    try:
+        key = _read_key(path)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, temp = tempfile.mkstemp(prefix=".tmp-key-", dir=path.parent)  # mode 0600
+        try:
+            try:
+                os.write(fd, secrets.token_bytes(32))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(temp, path)  # never replaces a key another process made first
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(temp)
+        key = _read_key(path)
+    _keys[str(path)] = key
+    return key
+
+
+def _read_key(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        data = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or len(data) != 32:
+        raise OSError(errno.EPERM, "not a key file of this user (32 bytes, owned by the user)", str(path))
+    return data
+
+
+def _owner_tag(key: bytes) -> str:
+    return hashlib.blake2b(FORMAT.encode(), key=key, digest_size=32).hexdigest()
+
+
+def _refusal(path: Path, code: str, message: str) -> ProblemsFound:
+    problem = Problem(INDEX_FILE, message, code=code)
+    return ProblemsFound([problem], f"{path}: the index was not used")
+
+
+def _classify(path: Path) -> tuple[str, os.stat_result | None]:
+    """What is at the index's place, looked at without following a link or writing a byte:
+    ``missing``, ``link``, ``special``, ``garbage`` (not SQLite), ``ikdata`` (an index of any
+    version) or ``foreign`` (an SQLite database of something else)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing", None
+    if stat.S_ISLNK(st.st_mode):
+        return "link", st
+    if not stat.S_ISREG(st.st_mode):
+        return "special", st
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "special", st  # replaced by a link since the lstat, or unreadable: not ours to touch
+    try:
+        header = os.read(fd, 100)
+    finally:
+        os.close(fd)
+    if not header.startswith(_SQLITE_MAGIC):
+        return "garbage", st
+    if len(header) >= 72 and int.from_bytes(header[68:72], "big") == APPLICATION_ID:
+        return "ikdata", st
+    try:  # an index of an earlier version has no application_id; read-only, no lock, no journal
+        uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
+        connection = sqlite3.connect(uri, uri=True)
+        try:
+            found = connection.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        found = None
+    if found and isinstance(found[0], str) and found[0].startswith("ikdata-index/"):
+        return "ikdata", st
+    return "foreign", st
+
+
+def _sidecars_are_ours(path: Path) -> bool:
+    """Whether SQLite's files next to the index (WAL, shared memory, journal), where present, are
+    regular files of this user with one name: SQLite opens them through links, so none may be one."""
+    for suffix in _SIDECARS:
+        try:
+            st = os.lstat(str(path) + suffix)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+            return False
+    return True
+
+
+def _open_ours(path: Path, st: os.stat_result, key: bytes) -> sqlite3.Connection | None:
+    """A connection to the index when it is this user's, of this version; None otherwise."""
+    if st.st_nlink != 1 or st.st_uid != os.geteuid() or not _sidecars_are_ours(path):
+        return None
     connection = sqlite3.connect(path, isolation_level=None, timeout=60, check_same_thread=False)
     try:
+        if connection.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID \
+                or connection.execute("PRAGMA user_version").fetchone()[0] != VERSION \
+                or dict(connection.execute("SELECT key, value FROM meta")) != {"format": FORMAT,
+                                                                                "owner": _owner_tag(key)}:
+            connection.close()
+            return None
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
-        connection.execute("BEGIN IMMEDIATE")
-        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        found = dict(connection.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
-        if found.get("format") != FORMAT:
-            for table in tables:
-                connection.execute(f'DROP TABLE IF EXISTS "{table}"')
-            for statement in filter(str.strip, _SCHEMA.split(";")):  # executescript would commit early
-                connection.execute(statement)
-            connection.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
-        connection.execute("COMMIT")
-    except BaseException:
+    except sqlite3.DatabaseError:
         connection.close()
-        raise
+        return None
     return connection
 
 
-def record_files(root: Path) -> dict[str, str]:
-    """The JSONL files an index covers: workload rows and receipts, dataset-relative -> kind."""
-    files = {}
-    workloads = root / "workloads"
-    if workloads.is_dir():
-        for path in workloads.rglob("*.jsonl"):
-            files[path.relative_to(root).as_posix()] = "workload"
-    for name in ("receipts.jsonl",):
-        if (root / name).is_file():
-            files[name] = "receipt"
+def _build(root: Path, path: Path, key: bytes, files: dict[str, str]) -> tuple[Index, RefreshResult]:
+    """A new index built from the files in a temp file of the dataset, then renamed over ``path``
+    (which replaces a file or link there; it never writes into one)."""
+    fd, temp = tempfile.mkstemp(prefix=".tmp-index-", suffix=".sqlite", dir=root)  # O_EXCL: never a link
+    try:
+        os.fchmod(fd, 0o644)  # a copy of the dataset by another user still reads it; only its owner writes it
+    finally:
+        os.close(fd)
+    try:
+        connection = sqlite3.connect(temp, isolation_level=None, timeout=60, check_same_thread=False)
+        try:
+            connection.execute("PRAGMA journal_mode=OFF")  # a torn build is a temp file, thrown away
+            connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            connection.execute(f"PRAGMA user_version={VERSION}")
+            connection.execute("BEGIN")
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                connection.execute(statement)
+            connection.executemany("INSERT INTO meta VALUES (?, ?)",
+                                   [("format", FORMAT), ("owner", _owner_tag(key))])
+            connection.execute("COMMIT")
+            result = Index(Path(root), connection, files).refresh()
+            connection.execute("PRAGMA journal_mode=WAL")
+        finally:
+            connection.close()
+        for suffix in _SIDECARS:  # the old index's: never replayed into the new one
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        os.replace(temp, path)
+    except BaseException:
+        for suffix in ("",) + _SIDECARS:
+            Path(temp + suffix).unlink(missing_ok=True)
+        raise
+    st = os.lstat(path)
+    connection = _open_ours(path, st, key)
+    if connection is None:  # replaced in between (another process's build, or worse): read the files
+        raise OSError(errno.EAGAIN, "the index was replaced while it was built", str(path))
+    return Index(Path(root), connection, files), result
+
+
+# -- opening -----------------------------------------------------------------------------------
+
+def record_files(root: str | os.PathLike | object) -> dict[str, str]:
+    """The JSONL files an index covers, by the dataset's own path rule (regular files inside the
+    dataset, links followed): workload rows and receipts, dataset-relative -> kind. ``root`` is a
+    folder or an open :class:`~ikdata.core.dataset.Dataset` (whose ``problems`` then name the
+    files refused)."""
+    from ikdata.core.dataset import Dataset
+
+    ds = root if isinstance(root, Dataset) else Dataset.open(root)
+    files = {ds.rel(path): "workload" for path in ds.workload_files()}
+    if ds.layout == "ikdata":
+        files.update({ds.rel(path): "receipt" for path in ds.receipt_files()})
     return files
 
 
-def open_index(root: str | os.PathLike, *, rebuild: bool = False) -> tuple[Index, RefreshResult]:
+def open_index(root: str | os.PathLike, *, rebuild: bool = False,
+               files: dict[str, str] | None = None) -> tuple[Index, RefreshResult]:
     """Open (creating or rebuilding as needed) and refresh the index of an ikdata dataset.
 
-    A file at the index's place that is not an index of this format is replaced: it is derived
-    data. Returns the index and what the refresh changed.
+    ``files``: the record files to cover (default: :func:`record_files`). Returns the index and
+    what the refresh changed.
+
+    Raises:
+        ProblemsFound: the index's place holds a link, a special file, an SQLite database that is
+            not an ikdata index or another user's index (left untouched; the problem's ``code``
+            says which), or no per-user key can be kept.
+        OSError, sqlite3.Error: the index cannot be written (a read-only or full disk).
     """
     root = Path(root)
     path = root / INDEX_FILE
-    if rebuild:
-        _remove(path)
+    if files is None:
+        files = record_files(root)
     try:
-        index = Index(root, _connect(path))
-        return index, index.refresh(record_files(root))
-    except sqlite3.DatabaseError:  # not SQLite, or corrupted inside: derived data, so rebuild it once
-        _remove(path)
-        index = Index(root, _connect(path))
-        return index, index.refresh(record_files(root))
+        key = _key()
+    except OSError as exc:
+        raise _refusal(path, NO_KEY, f"cannot keep the index key {key_path()} ({exc.strerror or exc}); "
+                       "set IKDATA_CACHE_DIR to a writable folder of yours") from exc
+    state, st = _classify(path)
+    if state == "link":
+        raise _refusal(path, REFUSED, f"is a link (to {os.readlink(path)!r}); ikdata neither follows nor "
+                       f"replaces it; lookups read the files. Remove it: the index is rebuilt on the next use")
+    if state == "special":
+        raise _refusal(path, REFUSED, "is not a regular file; ikdata does not open it; lookups read the files. "
+                       "Remove it: the index is rebuilt on the next use")
+    if state == "foreign":
+        raise _refusal(path, FOREIGN, "is an SQLite database that is not an ikdata index; ikdata leaves it "
+                       "untouched and reads the files. Move it elsewhere to let lookups use an index")
+    if state == "ikdata" and st is not None and st.st_uid != os.geteuid():
+        raise _refusal(path, NOT_OURS, f"is another user's index (uid {st.st_uid}); left untouched, "
+                       "lookups read the files")
+    if state == "ikdata" and not rebuild:
+        connection = _open_ours(path, st, key)
+        if connection is not None:
+            index = Index(root, connection, files)
+            try:
+                return index, index.refresh()
+            except sqlite3.DatabaseError:  # corrupted inside: derived data, so built again below
+                index.close()
+    return _build(root, path, key, files)
 
 
-def _remove(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
+def try_open_index(root: str | os.PathLike | object, *, rebuild: bool = False) -> Index | None:
+    """The refreshed index, or None where it cannot or may not be used (a read-only folder, another
+    layout, a link or foreign file at its place): callers then scan the files, as they would
+    without an index. ``root`` may be an open Dataset: the index's refusals that the user should
+    hear of (a link, a foreign database) are then added to its ``problems``."""
+    from ikdata.core.dataset import Dataset
 
-
-def try_open_index(root: str | os.PathLike) -> Index | None:
-    """The refreshed index, or None where it cannot be kept (a read-only folder, another layout):
-    callers then scan the files, as they would without an index."""
-    root = Path(root)
-    if not (root / "ikdata.json").is_file() and not (root / "workloads").is_dir():
+    ds = root if isinstance(root, Dataset) else None
+    folder = Path(ds.root if ds is not None else root)
+    if not (folder / "ikdata.json").is_file() and not (folder / "workloads").is_dir():
         return None
     try:
-        return open_index(root)[0]
+        return open_index(folder, rebuild=rebuild, files=record_files(ds if ds is not None else folder))[0]
+    except ProblemsFound as exc:
+        if ds is not None:
+            ds._note(p for p in exc.problems if p.code in (REFUSED, FOREIGN))
+        return None
     except (OSError, sqlite3.Error):
         return None
 
@@ -287,41 +541,48 @@ def lookup(ds, prefix: str) -> tuple[list, list] | None:
     index: ``(rows, receipts)`` as :class:`~ikdata.core.records.WorkloadRow` and
     :class:`~ikdata.core.records.Receipt`, or None when the dataset has no usable index.
 
-    Each record read is checked against its schema, as a scan would; one that fails makes the
-    lookup give up (None) so the caller's scan reports it with file and line.
+    Each record is read again from its file and checked (:meth:`Index.read`), then against its
+    schema, as a scan would. A record that does not match the index rebuilds it and looks again;
+    a second mismatch, or a record that fails its schema, gives up (None), so the caller's scan
+    reads the files and reports what it finds with file and line.
     """
+    if getattr(ds, "layout", None) != "ikdata":
+        return None
+    for attempt in range(2):
+        index = try_open_index(ds, rebuild=True) if attempt else try_open_index(ds)
+        if index is None:
+            return None
+        with index:
+            try:
+                return _lookup(index, ds, prefix)
+            except (LookupError, sqlite3.Error):
+                continue
+    return None
+
+
+def _lookup(index: Index, ds, prefix: str) -> tuple[list, list] | None:
     from ikdata.core import schema
     from ikdata.core.records import Receipt, WorkloadRow
 
-    if getattr(ds, "layout", None) != "ikdata":
-        return None
-    index = try_open_index(ds.root)
-    if index is None:
-        return None
-    with index:
-        try:
-            rows = []
-            for entry in index.find(prefix, limit=64):
-                record = index.read(entry)
-                if not schema.is_valid("workload", record):
-                    return None
-                rows.append(WorkloadRow.from_dict(record, source=entry.path, line=entry.line))
-            receipts = []
-            if rows:
-                definition = ds.definitions.get(rows[0].definition)
-                names = list(definition.outputs) if definition else None
-                for entry in index.find(rows[0].uuid, "receipt"):
-                    if entry.uuid != rows[0].uuid:
-                        continue
-                    record = index.read(entry)
-                    if not schema.is_valid("receipt", record):
-                        return None
-                    receipts.append(Receipt.from_dict(record, source=entry.path, line=entry.line,
-                                                      output_names=names))
-        except (LookupError, OSError):
+    rows = []
+    for entry in index.find(prefix, limit=64):
+        record = index.read(entry)
+        if not schema.is_valid("workload", record):
             return None
+        rows.append(WorkloadRow.from_dict(record, source=entry.path, line=entry.line))
+    receipts = []
+    if rows:
+        definition = ds.definitions.get(rows[0].definition)
+        names = list(definition.outputs) if definition else None
+        for entry in index.find(rows[0].uuid, "receipt"):
+            if entry.uuid != rows[0].uuid:
+                continue
+            record = index.read(entry)
+            if not schema.is_valid("receipt", record):
+                return None
+            receipts.append(Receipt.from_dict(record, source=entry.path, line=entry.line, output_names=names))
     return rows, receipts
 
 
-__all__ = ["Entry", "FORMAT", "INDEX_FILE", "Index", "RefreshResult", "lookup", "open_index", "record_files",
-           "try_open_index"]
+__all__ = ["APPLICATION_ID", "Entry", "FORMAT", "INDEX_FILE", "Index", "RefreshResult", "key_path", "lookup",
+           "open_index", "record_files", "try_open_index"]

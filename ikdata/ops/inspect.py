@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ikdata.core.dataset import Dataset
-from ikdata.core.errors import StoreError, UsageError
+from ikdata.core.errors import ProblemsFound, StoreError, UsageError
 from ikdata.core.index import lookup
 from ikdata.core.records import TensorRef
 from ikdata.core.store import read_entries
@@ -16,10 +16,14 @@ def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
 
     Raises:
         UsageError: no workload, or more than one, matches the uuid prefix.
+        ProblemsFound: none matches among the files read, and some files were refused.
     """
     indexed = lookup(ds, uuid)  # the index: a few B-tree lookups, whatever the number of rows
     matches = indexed[0] if indexed is not None else [r for r in ds.workloads() if r.uuid.startswith(uuid)]
     if not matches:
+        if ds.problems:  # the workload may be in a file that was refused (a link out of the dataset)
+            raise ProblemsFound(ds.problems, f"{ds.root}: no workload with uuid {uuid!r} in the files that "
+                                "could be read")
         raise UsageError(f"{ds.root}: no workload with uuid {uuid!r}; list them with 'ikdata ls {ds.root}'")
     if len({r.uuid for r in matches}) > 1:
         raise UsageError(f"{uuid!r} matches {len(matches)} workloads; give more of the uuid")

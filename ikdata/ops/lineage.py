@@ -19,7 +19,7 @@ import orjson
 from ikdata.core import manifest
 from ikdata.core.dataset import Dataset
 from ikdata.core.index import lookup
-from ikdata.core.errors import UsageError
+from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.core.records import TensorRef
 from ikdata.core.store import DIGEST_RE, digest_from_path
 
@@ -110,6 +110,9 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
                 for u, names in sorted(uses.items())]
     matches = [u for u in rows if u.startswith(key)] or [u for u in receipts if u.startswith(key)]
     if not matches:
+        if ds.problems:  # the workload may be in a file that was refused (a link out of the dataset)
+            raise ProblemsFound(ds.problems, f"{path}: no workload has uuid {key!r} in the files that "
+                                "could be read")
         raise UsageError(f"{path}: no workload has uuid {key!r}; list them with 'ikdata ls {path}'")
     if len(matches) > 1:
         raise UsageError(f"{path}: {key!r} matches {len(matches)} workloads; give more of the uuid")
