@@ -29,6 +29,7 @@ import numpy as np
 
 from ikdata.core.sampling_stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, legendre, pit_test,
                                         temperature_moments, tv_test, tv_too_small)
+from ikdata.core.status import Status
 
 JUDGE = "sampling"
 HIST_BINS = 10
@@ -57,8 +58,9 @@ class DefinitionVerdict:
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for status, _, _ in self.statuses.values():
-            counts[status] = counts.get(status, 0) + 1
-        verdict = "failed" if counts.get("failed") else ("passed" if counts.get("passed") else "too_small")
+            counts[str(status)] = counts.get(str(status), 0) + 1  # JSON keys: plain text
+        verdict = Status.FAILED if counts.get(Status.FAILED) else (Status.PASSED if counts.get(Status.PASSED)
+                                                                    else "too_small")
         return {"definition": self.definition, "alpha": self.alpha, "verdict": verdict, "cases": counts,
                 "tests": self.tests}
 
@@ -157,22 +159,22 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
                                "too_small": any(t["too_small"] for t in tests)}
     if record.get("outside"):
         first = (record.get("outside_examples") or [{}])[0]
-        return "failed", (f"workload {case['uuid']}: {record['outside']} drawn token(s) outside the kept set, "
+        return Status.FAILED, (f"workload {case['uuid']}: {record['outside']} drawn token(s) outside the kept set, "
                           f"e.g. token {first.get('token')} at position {first.get('position')} (kept "
                           f"{first.get('kept')} tokens)"), metrics
     failed = [t for t in tests if not t["too_small"] and t["p_value"] < t["alpha"]]
     if failed:
-        return "failed", "; ".join(describe_test(t) for t in failed), metrics
+        return Status.FAILED, "; ".join(describe_test(t) for t in failed), metrics
     small = [t for t in tests if t["too_small"]]
     if small:
-        return "skipped", "too few draws to judge: " + "; ".join(describe_test(t) for t in small), metrics
+        return Status.SKIPPED, "too few draws to judge: " + "; ".join(describe_test(t) for t in small), metrics
     if not tests:
         excluded = record.get("excluded") or {}
         why = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "greedy positions only"
         if record.get("greedy") and record.get("judged"):
-            return "passed", None, metrics  # greedy: every draw was the argmax
-        return "skipped", f"no position could be judged ({why})", metrics
-    return "passed", None, metrics
+            return Status.PASSED, None, metrics  # greedy: every draw was the argmax
+        return Status.SKIPPED, f"no position could be judged ({why})", metrics
+    return Status.PASSED, None, metrics
 
 
 def describe_test(test: Mapping[str, Any]) -> str:
@@ -223,7 +225,7 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
     if not reasons and isinstance(case.get("sampling"), Mapping) and cases:
         verdict = decide(str(case.get("definition")), cases, alpha=float(alpha))
         status, why, _ = verdict.statuses.get(case.get("uuid"), ("missing", "not in the pooled cases", {}))
-        if status != "passed":
+        if status != Status.PASSED:
             reasons.append(f"recomputed from the report's cases: {status}" + (f" ({why})" if why else ""))
     return reasons
 

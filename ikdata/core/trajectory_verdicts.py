@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from ikdata.core.status import Status
+
 DEFAULT_K = 4.0  # docs/diffusion.md "Judging": an exact kernel in another order stays within ~1.3 f
 DEFAULT_EPS = 1e-6  # absolute slack on a relative L2 error: float32 rounding of the metric itself
 CHAIN_ULPS = 4.0  # chain error bound, in units of the latent dtype's machine epsilon
@@ -107,7 +109,7 @@ def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
         failures.insert(0, f"{len(bad)} of {len(steps)} step(s) outside the floor; first at step {s0.get('step')} "
                            f"({', '.join(s0.get('streams') or [])}: {s0.get('check')}); worst e/f "
                            f"{_fmt(worst_bad.get('ratio'))} at step {worst_bad['index']} ({worst_bad['stream']})")
-    return {"status": "failed" if failures else "passed", "reason": "; ".join(failures) or None,
+    return {"status": Status.FAILED if failures else Status.PASSED, "reason": "; ".join(failures) or None,
             "first_failure": first, "worst": worst, "steps_passed": passed_steps, "steps_total": len(steps)}
 
 
@@ -125,7 +127,7 @@ def recheck(case: Mapping[str, Any]) -> list[str]:
     measures = case.get("trajectory")
     if not isinstance(measures, Mapping):
         return ["no trajectory measurements recorded"]
-    if case.get("status") != "passed":
+    if case.get("status") != Status.PASSED:
         return [f"status is {case.get('status')!r}, not 'passed'"]
     try:
         k, eps = float(measures["k"]), float(measures["eps"])
@@ -145,7 +147,7 @@ def recheck(case: Mapping[str, Any]) -> list[str]:
     copy = {key: value for key, value in measures.items()}
     copy["steps"] = [dict(s) for s in measures.get("steps") or []]
     verdict = decide(copy)
-    if verdict["status"] != "passed":
+    if verdict["status"] != Status.PASSED:
         problems.append(f"the recorded measurements fail: {verdict['reason']}")
     return problems
 
@@ -172,8 +174,8 @@ def step_cases(trajectory_case: Mapping[str, Any]) -> list[dict[str, Any]]:
                                 if key in workload}
         case.update(device=trajectory_case.get("device"), torch=trajectory_case.get("torch"), seconds=0.0)
         case = {k: v for k, v in case.items() if v is not None}
-        if trajectory_case.get("status") == "error":
-            case.update(status="error", reason=f"its trajectory {trajectory_case['uuid'][:12]} could not be "
+        if trajectory_case.get("status") == Status.ERROR:
+            case.update(status=Status.ERROR, reason=f"its trajectory {trajectory_case['uuid'][:12]} could not be "
                                                f"replayed: {trajectory_case.get('reason')}")
             found.append(case)
             continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from ikdata.core.status import Status
+
 PREFIX = "trajectory:"
 COLUMNS = ("trajectory", "status", "steps ok", "worst e/f", "at step", "PSNR dB")
 
@@ -49,10 +51,10 @@ def notes(report: Mapping[str, Any]) -> list[str]:
         m = case.get("trajectory") or {}
         pipeline = str(case.get("definition", ""))[len(PREFIX):]
         first = m.get("first_failure") or {}
-        if first and case.get("status") != "passed":
+        if first and case.get("status") != Status.PASSED:
             lines.append(f"{str(case['uuid'])[:12]} ({pipeline}): first failure at step {first.get('step')} "
                          f"({', '.join(first.get('streams') or []) or 'all'}: {first.get('check')})")
-        if case.get("status") != "passed" and case.get("reason"):
+        if case.get("status") != Status.PASSED and case.get("reason"):
             lines.append(f"{str(case['uuid'])[:12]}: {case['reason']}")
         if any(s.get("degenerate") for s in m.get("steps") or []):
             lines.append(f"{str(case['uuid'])[:12]}: the floor is degenerate (f = 0) at some steps: judged by the "

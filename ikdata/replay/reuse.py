@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from ikdata.core import jsonl
 from ikdata.core.digest import record_digest
 from ikdata.core.store import rehash_file
+from ikdata.core.status import JUDGED, Status
 
 CACHE_FILE = "replay-reuse.jsonl"
 EVIDENCE_FILE = "replay-verified.jsonl"
@@ -82,7 +83,7 @@ class ReuseCache:
         if cache.path is not None and cache.path.is_file():
             for _, record in jsonl.read(cache.path).records:
                 if isinstance(record, dict) and isinstance(record.get("reuse_key"), str) \
-                        and record.get("status") in ("passed", "failed"):
+                        and record.get("status") in JUDGED:
                     cache.known[record["reuse_key"]] = record
         if cache.evidence_path is not None and cache.evidence_path.is_file():
             for _, record in jsonl.read(cache.evidence_path).records:
@@ -132,7 +133,7 @@ class ReuseCache:
     def remember(self, case: Mapping[str, Any]) -> None:
         """Keep a judged case for later ones; it goes to the cache file at the next :meth:`flush`."""
         key = case.get("reuse_key")
-        if not key or case.get("status") not in ("passed", "failed") or case.get("reused"):
+        if not key or case.get("status") not in JUDGED or case.get("reused"):
             return
         if key not in self.known:
             self._pending.append(key)

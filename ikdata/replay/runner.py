@@ -35,8 +35,9 @@ from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay.blobs import load_verified
 from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
 from ikdata.core.store import BlobStore, digest_from_path
+from ikdata.core.status import Status
 
-PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+PASSED, FAILED, ERROR, SKIPPED = Status.PASSED, Status.FAILED, Status.ERROR, Status.SKIPPED
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ class _Run:
 def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | None = None,
            shard: Shard | str | None = None, resume: bool = False, report_path: str | Path | None = None,
            trust: Iterable[str] = (), reuse: bool = True, cache_path: str | Path | None = None,
-           progress: Callable[[Progress], None] | None = None, diffusion: Any = None) -> ReplayResult:
+           progress: Callable[[Progress], None] | None = None, diffusion: Any = None,
+           uuids: Iterable[str] | None = None) -> ReplayResult:
     """Replay every workload with expected outputs and write the report after each case.
 
     Args:
@@ -160,6 +162,8 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
         cache_path: the reuse cache file (default :func:`default_cache_path`).
         progress: called after every case (library code never prints).
         diffusion: how trajectories are judged (:class:`ikdata.replay.diffusion.Settings`; default settings).
+        uuids: only these workloads (import re-judges a source's claims so); like ``definitions``, a narrowed
+            run leaves out the families that need the whole run (trajectories).
 
     Returns:
         The result; ``result.exit_code`` is 0 only when every replayed case passed.
@@ -175,6 +179,9 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
     shard = Shard.parse(shard) if isinstance(shard, str) else shard
     run, rows, seen_problems = _start(ds, device=device, definitions=definitions, shard=shard, resume=resume,
                                       report_path=report_path, trust=trust, reuse=reuse, cache_path=cache_path)
+    if uuids is not None:
+        wanted = set(uuids)
+        rows = [row for row in rows if row.uuid in wanted]
     out = run.out
     resumed = sum(1 for row in rows if row.uuid in out.by_uuid)
     done = resumed
@@ -194,7 +201,7 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
     finally:
         run.cache.flush()
     # every family decides what spans cases (pooled sampling tests, trajectories), resumed cases included
-    families.finish_all(run, shard=shard, narrowed=bool(definitions), settings={"diffusion": diffusion})
+    families.finish_all(run, shard=shard, narrowed=bool(definitions) or uuids is not None, settings={"diffusion": diffusion})
     return _finish(run, seen_problems, resumed)
 
 

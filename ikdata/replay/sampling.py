@@ -29,6 +29,7 @@ from ikdata.core.sampling import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
 from ikdata.core.sampling_groups import JUDGE, decide, describe_test, is_sampling_case
 from ikdata.core.sampling_records import record_logits, record_top_logprobs
 from ikdata.core.sampling_stats import DEFAULT_ALPHA
+from ikdata.core.status import Status
 
 AWAITING = "awaiting the pooled test of its definition (run replay to the end)"
 
@@ -100,11 +101,11 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
                 seconds=time.perf_counter() - started)
     if record["outside"]:
         first = record["outside_examples"][0]
-        case.update(status="failed", reason=f"workload {row.uuid}: {record['outside']} drawn token(s) outside the "
+        case.update(status=Status.FAILED, reason=f"workload {row.uuid}: {record['outside']} drawn token(s) outside the "
                                             f"kept set, e.g. token {first['token']} at position {first['position']} "
                                             f"(kept {first['kept']} tokens)")
     else:
-        case.update(status="skipped", reason=AWAITING)
+        case.update(status=Status.SKIPPED, reason=AWAITING)
     return case
 
 

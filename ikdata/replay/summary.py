@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-STATUSES = ("passed", "failed", "error", "skipped")
+from ikdata.core.status import Status
+
+STATUSES = tuple(Status)
 CASE_COLUMNS = ("uuid", "axes", "status", "max abs", "rel rms", "cos", "mism", "s", "note")
 
 
@@ -27,7 +29,7 @@ def counts(report: Mapping[str, Any]) -> dict[str, int]:
 def exit_code(report: Mapping[str, Any]) -> int:
     """0 when every replayed case passed and no definition was refused, else 1."""
     found = counts(report)
-    return 1 if found["failed"] or found["error"] or report.get("refused") else 0
+    return 1 if found[Status.FAILED] or found[Status.ERROR] or report.get("refused") else 0
 
 
 def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str
         "shard": report.get("shard"), "counts": counts(report), "exit_code": exit_code(report),
         "refused": list(report.get("refused") or []),
         "not_passed": [{k: case.get(k) for k in ("definition", "uuid", "axes", "status", "reason")}
-                       for case in report["cases"] if case["status"] != "passed"],
+                       for case in report["cases"] if case["status"] != Status.PASSED],
         "sampling": list(report.get("sampling") or []),  # statistical verdicts (docs/sampling.md)
     }
 
@@ -64,7 +66,7 @@ def case_rows(report: Mapping[str, Any]) -> dict[str, list[list[str]]]:
     tables: dict[str, list[list[str]]] = {}
     for case in report["cases"]:
         note = "reused" if case.get("reused") else ""
-        if case["status"] != "passed" and case.get("reason"):
+        if case["status"] != Status.PASSED and case.get("reason"):
             note = case["reason"] if not note else f"{note}; {case['reason']}"
         axes = ",".join(f"{k}={v}" for k, v in (case.get("axes") or {}).items())
         tables.setdefault(case["definition"], []).append([

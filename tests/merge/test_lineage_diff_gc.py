@@ -100,7 +100,7 @@ def test_diff_shows_added_removed_changed(merged, validated, tmp_path):
 
     result = diff(a, copy)
     assert result.workloads[GEMM_NAME].changed == (lines[0]["workload"]["uuid"],)
-    assert runner.invoke(app, ["diff", str(a), str(a)]).output.strip().endswith("hold the same workloads and definitions")
+    assert runner.invoke(app, ["diff", str(a), str(a)]).output.strip().endswith("hold the same workloads, definitions, trajectories and models")
 
 
 def test_gc_deletes_only_unreferenced_blobs_and_updates_manifest(merged):
