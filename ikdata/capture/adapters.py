@@ -153,16 +153,9 @@ def on_rmsnorm_module(cap: Any, module: Any, args: tuple, kwargs: dict, out: Any
     _norm(cap, "rmsnorm", x, getattr(module, "weight", None), None, eps, out, f"{type(module).__name__}.forward")
 
 
-# Built-in adapter modules beyond the torch functions above, installed after them in this order.
-# Registering one: a module in ikdata/capture/ with ``install(api)`` (the same API as a user's
-# --adapter module: api.patch, api.on_module, api.record), listed here. Nothing else to edit.
-BUILTIN_MODULES: tuple[str, ...] = (
-    "ikdata.capture.sampling",  # HF generate's sampler: raw logits, settings, draws (docs/sampling.md)
-)
-
-
 def install(cap: Any) -> None:
-    """Install the built-in adapters on a Capturer: the torch functions above, then :data:`BUILTIN_MODULES`."""
+    """Install the built-in adapters on a Capturer: the torch functions above, then each judge family's own
+    capture module (:func:`ikdata.judging.families.capture_modules`: HF's sampler, Diffusers pipelines)."""
     import importlib
 
     import torch
@@ -176,9 +169,11 @@ def install(cap: Any) -> None:
         cap.patch(F, "rms_norm", on_rms_norm, label="torch.nn.functional.rms_norm")
     cap.patch(F, "layer_norm", on_layer_norm, label="torch.nn.functional.layer_norm")
     cap.on_module(lambda cls: cls.__name__ in RMSNORM_MODULES, on_rmsnorm_module, label="RMSNorm modules")
-    for path in BUILTIN_MODULES:
+    from ikdata.judging.families import capture_modules
+
+    for path in capture_modules():
         importlib.import_module(path).install(cap)
 
 
-__all__ = ["install", "BUILTIN_MODULES", "RMSNORM_MODULES", "on_linear", "on_mm", "on_matmul", "on_sdpa", "on_rms_norm",
+__all__ = ["install", "RMSNORM_MODULES", "on_linear", "on_mm", "on_matmul", "on_sdpa", "on_rms_norm",
            "on_layer_norm", "on_rmsnorm_module"]

@@ -72,10 +72,7 @@ def install(config: CaptureConfig) -> Any:
         from ikdata.capture.hooks import Capturer
 
         capturer = Capturer(config)
-        adapters.install(capturer)
-        from ikdata.capture import diffusion
-
-        diffusion.install(capturer)  # Diffusers pipelines and scheduler steps, now and as they are imported
+        adapters.install(capturer)  # operators, then every judge family's capture module
         for path in config.adapters:
             module = importlib.import_module(path)
             module.install(capturer)
@@ -91,9 +88,12 @@ def uninstall() -> None:
     with _LOCK:
         capturer, _CAPTURER = _CAPTURER, None
         if capturer is not None:
-            from ikdata.capture import diffusion
+            from ikdata.judging.families import capture_modules
 
-            diffusion.uninstall()
+            for path in capture_modules():  # a family's hooks that outlive the patches (import watchers)
+                module = importlib.import_module(path)
+                if hasattr(module, "uninstall"):
+                    module.uninstall()
             capturer.writer.flush()
             capturer.uninstall()
 

@@ -35,6 +35,8 @@ class Family:
             its trajectory), or None to go on as operators do.
         execute: ``f(run, row, pending)``: judge one case of an owned definition once its reference is known.
         blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
+        capture: a module with ``install(capturer)`` (and optionally ``uninstall()``) that ``ikdata capture``
+            installs after the operator adapters: the family's own hooks (HF's sampler, Diffusers pipelines).
     """
 
     name: str
@@ -45,6 +47,7 @@ class Family:
     settle: str | None = None
     execute: str | None = None
     blobs: str | None = None
+    capture: str | None = None
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The family's function ``name`` ("finish", "regroup", "owns", "settle", "execute"), or None."""
@@ -61,10 +64,11 @@ def _resolve(spec: str | None) -> Callable[..., Any] | None:
 
 FAMILIES: tuple[Family, ...] = (
     Family("sampling", owns="ikdata.replay.sampling:is_sampling", execute="ikdata.replay.sampling:execute_case",
-           finish="ikdata.replay.sampling:finish", regroup="ikdata.replay.sampling:regroup"),
+           finish="ikdata.replay.sampling:finish", regroup="ikdata.replay.sampling:regroup",
+           capture="ikdata.capture.sampling"),
     Family("diffusion", owns="ikdata.replay.diffusion:is_denoiser", settle="ikdata.replay.diffusion:settle_step",
            finish="ikdata.replay.diffusion:finish", regroup="ikdata.core.trajectory_verdicts:regroup",
-           blobs="ikdata.replay.diffusion:blob_paths", needs_whole_run=True),
+           blobs="ikdata.replay.diffusion:blob_paths", capture="ikdata.capture.diffusion", needs_whole_run=True),
     Family("operators"),  # judged case by case by closeness or a metric judge: the replay loop itself
 )
 OPERATORS = FAMILIES[-1]
@@ -100,6 +104,11 @@ def finish_blobs(ds: Any) -> list[str]:
     return sorted(paths)
 
 
+def capture_modules() -> list[str]:
+    """The modules whose ``install(capturer)`` capture runs after the operator adapters, in family order."""
+    return [family.capture for family in FAMILIES if family.capture]
+
+
 def regroup_all(report: dict[str, Any]) -> None:
     """Decide every family's groups again over the combined cases of shards."""
     for family in FAMILIES:
@@ -108,4 +117,4 @@ def regroup_all(report: dict[str, Any]) -> None:
             regroup(report)
 
 
-__all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "owner", "regroup_all"]
+__all__ = ["FAMILIES", "Family", "OPERATORS", "capture_modules", "finish_all", "finish_blobs", "owner", "regroup_all"]
