@@ -40,10 +40,10 @@ class _Group(TyperGroup):
 def _print_error(message: str) -> None:
     from rich.markup import escape
 
-    from ikdata.cli._output import err_console
+    from ikdata.cli._output import err_console, terminal_safe
 
-    # escape: messages quote user text and placeholders such as "[/PREFIX]", never markup
-    err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
+    # escape: messages quote user text and placeholders such as "[/PREFIX]", never markup; nor control characters
+    err_console.print(f"[red]error:[/red] {escape(terminal_safe(message))}", markup=True, highlight=False)
 
 
 app = typer.Typer(name="ikdata", cls=_Group, no_args_is_help=True, add_completion=False,

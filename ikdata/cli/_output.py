@@ -10,6 +10,8 @@ The rules, the same for every command (each builds an :class:`Output` from its o
 - Exit 1 whenever problems were found (:meth:`Output.exit`), 0 when clean; 2 is a usage error.
 - Progress (:meth:`Output.progress`): a bar on a terminal, a line every few seconds on stderr
   otherwise (``IKDATA_PROGRESS_INTERVAL`` seconds, default 5), nothing with ``--quiet``.
+- Human text never carries a record's control characters to the terminal (:func:`terminal_safe`):
+  lines, table cells, warnings and problems show an escape sequence as ``\\x1b[31m``, not as colour.
 """
 
 from __future__ import annotations
@@ -24,9 +26,28 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ikdata.cli._progress import human_bytes, open_meter  # noqa: F401  (commands use out.human_bytes)
 from ikdata.core.problems import Problem
+
+# C0 and C1 controls but newline and tab, DEL, and the Unicode controls that reorder or break lines
+# (bidirectional overrides and isolates, line and paragraph separators): a record may hold any of them.
+_UNSAFE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c not in (0x09, 0x0A)}
+_UNSAFE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F),
+                                             *range(0x2066, 0x206A))})
+
+
+def terminal_safe(text: Any) -> str:
+    """``text`` as a string that shows as itself on a terminal: every control character written as an
+    escape (ESC as ``\\x1b``), so a record cannot colour, move the cursor, retitle or clear the screen."""
+    return str(text).translate(_UNSAFE)
+
+
+def cell(value: Any) -> Text:
+    """A table cell showing ``value`` literally: control characters escaped, no rich markup parsed."""
+    return Text(terminal_safe(value))
+
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -70,7 +91,8 @@ class Output:
     def warn(self, message: str) -> None:
         """Something the user should know that is not the result: stderr, even with --json."""
         if not self.quiet:
-            err_console.print(f"[yellow]warning:[/yellow] {escape(message)}", markup=True, highlight=False)
+            err_console.print(f"[yellow]warning:[/yellow] {escape(terminal_safe(message))}", markup=True,
+                              highlight=False)
 
     def problems(self, found: Sequence[Problem], *, label: str = "") -> None:
         """Problems met along the way: always on stderr (they are why the exit code is 1)."""
@@ -114,11 +136,11 @@ def emit_json(document: Any) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    t = Table(title=title, title_justify="left")
+    t = Table(title=cell(title), title_justify="left")
     for column in columns:
         t.add_column(column, overflow="fold")
     for row in rows:
-        t.add_row(*(str(c) for c in row))
+        t.add_row(*(cell(c) for c in row))
     console.print(t)
 
 
@@ -126,8 +148,9 @@ def problems(found: Sequence[Problem], *, to_stdout: bool = False, label: str = 
     """Print problems, one per line (stderr unless ``to_stdout``: only validate's result list goes there)."""
     target = console if to_stdout else err_console
     for p in found:
-        target.print(f"[red]✗[/red] {label}{escape(str(p))}", markup=True, highlight=False)
+        target.print(f"[red]✗[/red] {escape(terminal_safe(label + str(p)))}", markup=True, highlight=False)
 
 
 def info(message: str) -> None:
-    console.print(message, markup=False)
+    """A line of human output on stdout, control characters escaped (:func:`terminal_safe`)."""
+    console.print(terminal_safe(message), markup=False)

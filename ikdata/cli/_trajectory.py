@@ -34,10 +34,11 @@ def print_trajectory(document: dict[str, Any]) -> None:
     for column in ("step", "stream", "t", "sigma", "next", "x", "out", "x_next", "work"):  # fits 80 columns
         table.add_column(column, no_wrap=True)
     for s in document["steps_detail"]:
-        table.add_row(str(s["index"]), s["stream"], _num(s["timestep"]), _num(s["sigma"]), _num(s["sigma_next"]),
-                      s["x"]["digest"][:8], s["out"]["digest"][:8], s["x_next"]["digest"][:8],
-                      " ".join(_SHORT.get(k, k) + (f"x{len(v)}" if len(v) > 1 else "")
-                               for k, v in sorted(s["workloads"].items(), reverse=True)))
+        table.add_row(*map(out.cell, (  # cells from the record: shown literally (out.cell)
+            s["index"], s["stream"], _num(s["timestep"]), _num(s["sigma"]), _num(s["sigma_next"]),
+            s["x"]["digest"][:8], s["out"]["digest"][:8], s["x_next"]["digest"][:8],
+            " ".join(_SHORT.get(k, k) + (f"x{len(v)}" if len(v) > 1 else "")
+                     for k, v in sorted(s["workloads"].items(), reverse=True)))))
     out.console.print(table)
     reasons: dict[str, set] = {}
     for s in document["steps_detail"]:

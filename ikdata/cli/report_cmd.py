@@ -29,18 +29,28 @@ def report_command(
         json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Draw a replay report as a static HTML page (plotly, no server; opens offline in a browser).
 
-    Exit 0 when the page was written, 1 when the report cannot be read.
+    Every value of the report is escaped on the page. A value of the wrong type (a string where a number
+    belongs, a step index that is not an integer) is drawn as a gap and listed at the top of the page;
+    each is printed on stderr with the report file and its JSON pointer.
+
+    Exit 0 when the page was written from a clean report; 1 when the report cannot be read (no page), or
+    when the page was written but some of its values could not be drawn.
     """
     from ikdata.ops import report_html
 
     o = out.Output(json=json_, quiet=quiet)
     source = report_html.report_path_for(target)
     report = report_html.load_report(source)
-    written = report_html.write_html(report, html, title=f"ikdata replay report: {target}")
+    written, problems = report_html.write_html(report, html, title=f"ikdata replay report: {target}",
+                                               path=str(source))
     trajectories = sum(1 for c in report["cases"] if str(c.get("definition", "")).startswith("trajectory:"))
     document = {"report": str(source), "html": str(written), "cases": len(report["cases"]),
-                "trajectories": trajectories, "bytes": written.stat().st_size}
+                "trajectories": trajectories, "bytes": written.stat().st_size,
+                "problems": [p.to_dict() for p in problems]}
     o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, {trajectories} "
                                         f"trajectories, {out.human_bytes(document['bytes'])}) from {source}; "
-                                        "open it in a browser"))
-    o.exit(code=0)
+                                        "open it in a browser"
+                                        + (f"; {len(problems)} value(s) could not be drawn (listed on the page)"
+                                           if problems else "")))
+    o.problems(problems)
+    o.exit(problems)

@@ -9,6 +9,12 @@ Sections, each present only when the report has the data:
 - per sampling definition: the pooled PIT histogram (flat when the engine samples the reference's
   distribution) and the verdict of every test.
 
+A report is data from a dataset, so the page treats it as hostile: every value reaches the page through
+:func:`_e` (HTML text and attributes) or :func:`_label` (plotly's text), element ids are counters, and every
+value is type-checked before it is formatted. A value of the wrong type (a string where a number belongs, a
+step index that is not an integer) is drawn as a gap, shown as "not a number", and returned as a
+:class:`~ikdata.core.problems.Problem` naming its JSON pointer; the page lists them at the top.
+
 Torch-free; needs the ``report`` extra (plotly). Exact zeros cannot sit on a log axis: they are drawn
 at :data:`ZERO_AT` and their hover text says "0 (exact)".
 """
@@ -16,8 +22,11 @@ at :data:`ZERO_AT` and their hover text says "0 (exact)".
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -25,10 +34,12 @@ import orjson
 
 from ikdata.core import schema
 from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.problems import Problem
 from ikdata.core.store import write_atomic
 
 ZERO_AT = 1e-12
 TRAJECTORY = "trajectory:"
+NOT_A_NUMBER = "not a number"
 
 
 def load_report(path: str | os.PathLike) -> dict[str, Any]:
@@ -59,88 +70,214 @@ def _plotly() -> Any:
     return go
 
 
-def _log(values: Iterable[Any]) -> tuple[list[float | None], list[str]]:
+def _e(value: Any) -> str:
+    """A record value as HTML text or a quoted attribute value: always escaped."""
+    return html.escape(str(value), quote=True)
+
+
+def _label(value: Any) -> str:
+    """A record value inside plotly text (titles, trace names, annotations): plotly reads a little HTML there
+    and decodes ``&lt;`` ``&gt;`` ``&amp;``, so escaping those shows the value as itself."""
+    return html.escape(str(value), quote=False)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class Checks:
+    """The values of one report that were not what the page expected, each a located :class:`Problem`."""
+
+    path: str = "report"
+    problems: list[Problem] = field(default_factory=list)
+
+    def wrong(self, pointer: str, expected: str, value: Any) -> None:
+        self.problems.append(Problem(self.path, f"expected {expected}, found {_shown(value)}", pointer=pointer,
+                                     code="report-value"))
+
+    def number(self, value: Any, pointer: str) -> float | None:
+        """``value`` as a float; None when absent or (a problem) not a number."""
+        if value is None:
+            return None
+        if _is_number(value):
+            try:
+                return float(value)
+            except OverflowError:  # an integer too large for a float
+                return math.inf if value > 0 else -math.inf
+        self.wrong(pointer, "a number", value)
+        return None
+
+    def integer(self, value: Any, pointer: str) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if value is not None:
+            self.wrong(pointer, "an integer", value)
+        return None
+
+    def mapping(self, value: Any, pointer: str) -> Mapping[str, Any]:
+        if isinstance(value, Mapping):
+            return value
+        if value is not None:
+            self.wrong(pointer, "an object", value)
+        return {}
+
+    def items(self, value: Any, pointer: str) -> list[Any]:
+        if isinstance(value, list):
+            return value
+        if value is not None:
+            self.wrong(pointer, "a list", value)
+        return []
+
+    def text(self, value: Any, pointer: str) -> str | None:
+        if isinstance(value, str):
+            return value
+        if value is not None:
+            self.wrong(pointer, "a string", value)
+        return None
+
+    def fmt(self, value: Any, pointer: str, spec: str, *, missing: str = "-") -> str:
+        """``value`` formatted with ``spec``; ``missing`` when absent, "not a number" (a problem) when not one."""
+        if value is None:
+            return missing
+        number = self.number(value, pointer)
+        return NOT_A_NUMBER if number is None else format(number, spec)
+
+
+def _log(values: Iterable[tuple[Any, str]], checks: Checks) -> tuple[list[float | None], list[str]]:
+    """(value, pointer) pairs as y values for a log axis and their hover text."""
     shown, text = [], []
-    for v in values:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+    for raw, pointer in values:
+        v = checks.number(raw, pointer)
+        if v is None:
+            shown.append(None)
+            text.append("none" if raw is None else NOT_A_NUMBER)
+        elif math.isnan(v):
             shown.append(None)
             text.append("none")
         elif v == 0:
             shown.append(ZERO_AT)
             text.append("0 (exact)")
-        elif isinstance(v, float) and math.isinf(v):
+        elif math.isinf(v):
             shown.append(None)
             text.append("inf")
         else:
-            shown.append(float(v))
+            shown.append(v)
             text.append(f"{v:.3g}")
     return shown, text
 
 
-def trajectory_figures(case: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def _steps(m: Mapping[str, Any], pointer: str, checks: Checks) -> list[tuple[str, int, Mapping[str, Any], str]]:
+    """(stream, index, step, its pointer) of every well-formed step; the others are problems."""
+    found = []
+    for i, s in enumerate(checks.items(m.get("steps"), pointer + "/steps")):
+        at = f"{pointer}/steps/{i}"
+        if not isinstance(s, Mapping):
+            checks.wrong(at, "an object", s)
+            continue
+        stream = s.get("stream")
+        index = s.get("index")
+        if not isinstance(stream, str):
+            checks.wrong(at + "/stream", "a string", stream)
+        elif not isinstance(index, int) or isinstance(index, bool):
+            checks.wrong(at + "/index", "an integer step index", index)
+        else:
+            found.append((stream, index, s, at))
+    return found
+
+
+def trajectory_figures(case: Mapping[str, Any], checks: Checks | None = None,
+                       pointer: str = "") -> list[tuple[str, Any]]:
     """(title, figure) for one trajectory case: per stream e/f/bound and chain; the decode check's PSNR."""
     go = _plotly()
-    m = case.get("trajectory") or {}
+    checks = checks if checks is not None else Checks()
+    m = checks.mapping(case.get("trajectory"), pointer + "/trajectory")
+    at = pointer + "/trajectory"
     figures = []
-    streams = list(dict.fromkeys(s["stream"] for s in m.get("steps") or []))
-    for stream in streams:
-        steps = sorted((s for s in m["steps"] if s["stream"] == stream), key=lambda s: s["index"])
-        x = [s["index"] for s in steps]
+    steps = _steps(m, at, checks)
+    attention = checks.mapping(m.get("attention"), at + "/attention")
+    k = checks.fmt(m.get("k"), at + "/k", "g", missing="?")
+    eps = checks.fmt(m.get("eps"), at + "/eps", "g", missing="?")
+    for stream in dict.fromkeys(s[0] for s in steps):
+        mine = sorted((s for s in steps if s[0] == stream), key=lambda s: s[1])
+        x = [s[1] for s in mine]
+        name = _label(stream)
         fig = go.Figure()
-        for key, name, style in (("e", "e (engine vs reference)", {"color": "#c0392b"}),
-                                 ("f", f"f (floor: {m['attention'].get('reference')} vs {m['attention'].get('alt')})",
-                                  {"color": "#2471a3"}),
-                                 ("bound", f"bound {m['k']:g}·f + {m['eps']:g}", {"color": "#7f8c8d", "dash": "dash"})):
-            y, text = _log(s.get(key) for s in steps)
-            fig.add_trace(go.Scatter(x=x, y=y, text=text, name=name, mode="lines+markers", line=style,
+        for key, trace, style in (
+                ("e", "e (engine vs reference)", {"color": "#c0392b"}),
+                ("f", f"f (floor: {_label(attention.get('reference'))} vs {_label(attention.get('alt'))})",
+                 {"color": "#2471a3"}),
+                ("bound", f"bound {k}·f + {eps}", {"color": "#7f8c8d", "dash": "dash"})):
+            y, text = _log(((s[2].get(key), f"{s[3]}/{key}") for s in mine), checks)
+            fig.add_trace(go.Scatter(x=x, y=y, text=text, name=trace, mode="lines+markers", line=style,
                                      hovertemplate="step %{x}: %{text}<extra>" + key + "</extra>"))
-        bad = [s for s in steps if not s.get("passed")]
+        bad = [s for s in mine if not s[2].get("passed")]
         if bad:
-            y, text = _log(s.get("e") for s in bad)
-            fig.add_trace(go.Scatter(x=[s["index"] for s in bad], y=y, text=text, name="failing step",
+            y, text = _log(((s[2].get("e"), f"{s[3]}/e") for s in bad), checks)
+            fig.add_trace(go.Scatter(x=[s[1] for s in bad], y=y, text=text, name="failing step",
                                      mode="markers", marker={"symbol": "x", "size": 14, "color": "#c0392b"}))
-        fig.update_layout(title=f"{stream}: e and f per step (an exact 0 is drawn at 1e-12)", xaxis_title="step", xaxis_dtick=1, yaxis_title="relative L2",
-                          yaxis_type="log", height=360, margin={"t": 50, "b": 40})
-        figures.append((f"{stream}: e and f per step", fig))
+        fig.update_layout(title=f"{name}: e and f per step (an exact 0 is drawn at 1e-12)", xaxis_title="step",
+                          xaxis_dtick=1, yaxis_title="relative L2", yaxis_type="log", height=360,
+                          margin={"t": 50, "b": 40})
+        figures.append((f"{name}: e and f per step", fig))
         chain = go.Figure()
-        for key, name in (("chain", "chain error"), ("chain_bound", "chain bound")):
-            y, text = _log(s.get(key) for s in steps)
-            chain.add_trace(go.Scatter(x=x, y=y, text=text, name=name, mode="lines+markers",
+        for key, trace in (("chain", "chain error"), ("chain_bound", "chain bound")):
+            y, text = _log(((s[2].get(key), f"{s[3]}/{key}") for s in mine), checks)
+            chain.add_trace(go.Scatter(x=x, y=y, text=text, name=trace, mode="lines+markers",
                                        hovertemplate="step %{x}: %{text}<extra>" + key + "</extra>"))
-        chain.update_layout(title=f"{stream}: chain error (x_next vs the reference scheduler's update)",
+        chain.update_layout(title=f"{name}: chain error (x_next vs the reference scheduler's update)",
                             xaxis_title="step", xaxis_dtick=1, yaxis_type="log", height=300, margin={"t": 50, "b": 40})
-        figures.append((f"{stream}: chain error", chain))
-    decode = m.get("decode") or {}
-    if decode.get("psnr_db"):
-        limits = decode.get("thresholds") or {}
-        fig = go.Figure(go.Bar(x=list(range(len(decode["psnr_db"]))), y=decode["psnr_db"], name="PSNR per frame"))
+        figures.append((f"{name}: chain error", chain))
+    decode = checks.mapping(m.get("decode"), at + "/decode")
+    psnr = checks.items(decode.get("psnr_db"), at + "/decode/psnr_db")
+    if psnr:
+        d = at + "/decode"
+        limits = checks.mapping(decode.get("thresholds"), d + "/thresholds")
+        y = [checks.number(v, f"{d}/psnr_db/{i}") for i, v in enumerate(psnr)]
+        fig = go.Figure(go.Bar(x=list(range(len(y))), y=y, name="PSNR per frame"))
         for key, name in (("psnr_worst_db", "worst-frame threshold"), ("psnr_mean_db", "mean threshold")):
-            if limits.get(key) is not None:
-                fig.add_hline(y=limits[key], line_dash="dash", annotation_text=f"{name} {limits[key]:g} dB")
-        audio = (decode.get("audio") or {}).get("snr_db")
-        fig.update_layout(title=f"decoded clip vs reference decode: mean {decode['psnr_mean_db']:.2f} dB, worst "
-                                f"{decode['psnr_worst_db']:.2f} dB (frame {decode['worst_frame']})"
-                                + (f"; audio SNR {audio:.1f} dB" if isinstance(audio, (int, float)) else ""),
+            limit = checks.number(limits.get(key), f"{d}/thresholds/{key}")
+            if limit is not None and math.isfinite(limit):
+                fig.add_hline(y=limit, line_dash="dash", annotation_text=f"{name} {limit:g} dB")
+        audio = checks.mapping(decode.get("audio"), d + "/audio").get("snr_db")
+        audio_text = checks.fmt(audio, d + "/audio/snr_db", ".1f", missing="")
+        worst_frame = decode.get("worst_frame")
+        worst_frame = worst_frame if checks.integer(worst_frame, d + "/worst_frame") is not None else "?"
+        fig.update_layout(title=f"decoded clip vs reference decode: mean "
+                                f"{checks.fmt(decode.get('psnr_mean_db'), d + '/psnr_mean_db', '.2f')} dB, worst "
+                                f"{checks.fmt(decode.get('psnr_worst_db'), d + '/psnr_worst_db', '.2f')} dB "
+                                f"(frame {worst_frame})" + (f"; audio SNR {audio_text} dB" if audio_text else ""),
                           xaxis_title="frame", yaxis_title="PSNR dB (luma, cap 100)", height=320,
                           margin={"t": 50, "b": 40})
         figures.append(("decode check", fig))
     return figures
 
 
-def operator_figure(cases: list[Mapping[str, Any]]) -> Any | None:
+def operator_figure(cases: list[Mapping[str, Any]], checks: Checks | None = None,
+                    pointers: list[str] | None = None) -> Any | None:
     """One box per definition: the distribution of max_error_ratio over its cases (log scale; ≤ 1 passes)."""
     go = _plotly()
+    checks = checks if checks is not None else Checks()
     by_definition: dict[str, list[float]] = {}
-    for case in cases:
-        for found in (case.get("metrics") or {}).values():
-            ratio = found.get("max_error_ratio") if isinstance(found, Mapping) else None
-            if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and math.isfinite(ratio):
-                by_definition.setdefault(case["definition"], []).append(max(float(ratio), ZERO_AT))
+    for n, case in enumerate(cases):
+        at = pointers[n] if pointers else f"/cases/{n}"
+        metrics = checks.mapping(case.get("metrics"), at + "/metrics")
+        for output, found in metrics.items():
+            if not isinstance(found, Mapping):
+                continue
+            ratio = checks.number(found.get("max_error_ratio"), f"{at}/metrics/{output}/max_error_ratio")
+            if ratio is not None and math.isfinite(ratio):
+                by_definition.setdefault(str(case.get("definition")), []).append(max(ratio, ZERO_AT))
     if not by_definition:
         return None
     fig = go.Figure()
     for name in sorted(by_definition):
-        fig.add_trace(go.Box(y=by_definition[name], name=name, boxpoints="all", jitter=0.4))
+        fig.add_trace(go.Box(y=by_definition[name], name=_label(name), boxpoints="all", jitter=0.4))
     fig.add_hline(y=1.0, line_dash="dash", annotation_text="tolerance (ratio 1)")
     fig.update_layout(title="operator workloads: max_error_ratio per definition (0 drawn at 1e-12)",
                       yaxis_type="log", showlegend=False, height=max(380, 24 * len(by_definition)),
@@ -148,122 +285,207 @@ def operator_figure(cases: list[Mapping[str, Any]]) -> Any | None:
     return fig
 
 
-def sampling_figures(report: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+def _counts(values: Any, pointer: str, checks: Checks, limit: int | None = None) -> list[int]:
+    """A histogram's counts: non-negative integers (a float that is one is accepted); others count 0."""
+    counts = []
+    for i, v in enumerate(checks.items(values, pointer)[:limit]):
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            counts.append(v)
+        elif isinstance(v, float) and math.isfinite(v) and v >= 0 and v.is_integer():
+            counts.append(int(v))
+        else:
+            checks.wrong(f"{pointer}/{i}", "a count (a non-negative integer)", v)
+            counts.append(0)
+    return counts
+
+
+def sampling_figures(report: Mapping[str, Any], checks: Checks | None = None) -> list[tuple[str, Any, str]]:
     """(definition, figure, line) per sampling definition: each TV test against its simulated null, then the
-    pooled PIT histogram with the verdict."""
+    pooled PIT histogram with the verdict. The line is plain text (escape it before it goes into HTML)."""
     go = _plotly()
+    checks = checks if checks is not None else Checks()
     found = []
-    for group in report.get("sampling") or []:
+    cases = checks.items(report.get("cases"), "/cases")
+    for g, group in enumerate(checks.items(report.get("sampling"), "/sampling")):
+        at = f"/sampling/{g}"
+        if not isinstance(group, Mapping):
+            checks.wrong(at, "an object", group)
+            continue
+        definition = str(group.get("definition"))
+        tests = [t if isinstance(t, Mapping) else {} for t in checks.items(group.get("tests"), at + "/tests")]
         bins = [0] * 10
-        for case in report.get("cases") or []:
-            pit = ((case.get("sampling") or {}).get("pit") or {}) if case.get("definition") == group["definition"] else {}
-            for i, count in enumerate(pit.get("histogram") or []):
-                if i < 10:
-                    bins[i] += int(count)
-        pooled = [t for t in group.get("tests") or [] if t.get("test") == "pit" and t.get("histogram")]
+        for n, case in enumerate(cases):
+            if not isinstance(case, Mapping) or case.get("definition") != group.get("definition"):
+                continue
+            sampling = checks.mapping(case.get("sampling"), f"/cases/{n}/sampling")
+            pit = checks.mapping(sampling.get("pit"), f"/cases/{n}/sampling/pit")
+            for i, count in enumerate(_counts(pit.get("histogram"), f"/cases/{n}/sampling/pit/histogram", checks, 10)):
+                bins[i] += count
+        pooled = [(i, t) for i, t in enumerate(tests) if t.get("test") == "pit" and t.get("histogram")]
         if pooled:  # the pooled test's own histogram: every draw it judged (docs/sampling.md)
-            bins = [int(c) for c in pooled[0]["histogram"]][:10]
-        for test in group.get("tests") or []:  # each TV test: the observed TV against its simulated null
-            null = test.get("null_histogram") if test.get("test") == "tv" else None
+            i, test = pooled[0]
+            bins = (_counts(test["histogram"], f"{at}/tests/{i}/histogram", checks, 10) + [0] * 10)[:10]
+        for i, test in enumerate(tests):  # each TV test: the observed TV against its simulated null
+            t_at = f"{at}/tests/{i}"
+            null = checks.mapping(test.get("null_histogram"), t_at + "/null_histogram") if test.get("test") == "tv" \
+                else {}
             if not null:
                 continue
-            edges = null["edges"]
-            tv_fig = go.Figure(go.Bar(x=[(a + b) / 2 for a, b in zip(edges, edges[1:])], y=null["counts"],
+            edges = [checks.number(v, f"{t_at}/null_histogram/edges/{j}")
+                     for j, v in enumerate(checks.items(null.get("edges"), t_at + "/null_histogram/edges"))]
+            middles = [None if a is None or b is None else (a + b) / 2 for a, b in zip(edges, edges[1:])]
+            tv_fig = go.Figure(go.Bar(x=middles, y=_counts(null.get("counts"), t_at + "/null_histogram/counts", checks),
                                       name="TV under the null"))
-            tv_fig.add_vline(x=test["tv"], line_color="red", annotation_text=f"observed {test['tv']:.4f}")
-            tv_fig.add_vline(x=test["threshold"], line_dash="dash", annotation_text=f"threshold (alpha {test['alpha']:.2g})")
-            tv_fig.update_layout(title=f"{group['definition']}: TV of {test['n']} draws vs its null ({test.get('key')})",
+            tv = checks.number(test.get("tv"), t_at + "/tv")
+            if tv is not None and math.isfinite(tv):
+                tv_fig.add_vline(x=tv, line_color="red", annotation_text=f"observed {tv:.4f}")
+            threshold = checks.number(test.get("threshold"), t_at + "/threshold")
+            if threshold is not None and math.isfinite(threshold):
+                tv_fig.add_vline(x=threshold, line_dash="dash", annotation_text="threshold (alpha "
+                                 f"{checks.fmt(test.get('alpha'), t_at + '/alpha', '.2g', missing='?')})")
+            tv_fig.update_layout(title=f"{_label(definition)}: TV of {_label(test.get('n'))} draws vs its null "
+                                       f"({_label(test.get('key'))})",
                                  xaxis_title="TV", yaxis_title="replicates", height=320, margin={"t": 50, "b": 40})
-            found.append((group["definition"], tv_fig, f"TV test: p = {test['p_value']:.3g}, detectable TV "
-                                                       f"{test.get('detectable_tv')}"))
+            p_value = checks.fmt(test.get("p_value"), t_at + "/p_value", ".3g")
+            found.append((definition, tv_fig, f"TV test: p = {p_value}, detectable TV {test.get('detectable_tv')}"))
         fig = go.Figure(go.Bar(x=[f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)], y=bins, name="PIT"))
         total = sum(bins)
         if total:
             fig.add_hline(y=total / 10, line_dash="dash", annotation_text="uniform")
-        fig.update_layout(title=f"{group['definition']}: PIT histogram ({total} draws), verdict {group['verdict']}",
+        fig.update_layout(title=f"{_label(definition)}: PIT histogram ({total} draws), verdict "
+                                f"{_label(group.get('verdict'))}",
                           xaxis_title="PIT value", yaxis_title="draws", height=320, margin={"t": 50, "b": 40})
-        tests = "; ".join(f"{t['test']} n={t['n']} p={t['p_value']:.3g}" for t in group.get("tests") or [])
-        found.append((group["definition"], fig, f"verdict {group['verdict']} at alpha {group['alpha']:g}: {tests}"))
+        line = "; ".join(f"{t.get('test')} n={t.get('n')} "
+                         f"p={checks.fmt(t.get('p_value'), f'{at}/tests/{i}/p_value', '.3g')}"
+                         for i, t in enumerate(tests))
+        found.append((definition, fig, f"verdict {group.get('verdict')} at alpha "
+                                       f"{checks.fmt(group.get('alpha'), at + '/alpha', 'g', missing='?')}: {line}"))
     return found
 
 
-def _summary_table(cases: list[Mapping[str, Any]]) -> str:
+def _summary_table(cases: list[tuple[int, Mapping[str, Any]]], checks: Checks) -> str:
     rows = []
-    for case in cases:
-        m = case.get("trajectory") or {}
-        worst, first, decode = m.get("worst") or {}, m.get("first_failure") or {}, m.get("decode") or {}
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            case["uuid"][:12], case["definition"][len(TRAJECTORY):], case["status"],
-            f"{m.get('steps_passed', 0)}/{m.get('steps_total', 0)}",
-            f"{worst.get('ratio', 0):.3g} at step {worst.get('step')} ({worst.get('stream')})" if worst else "-",
-            f"step {first.get('step')} ({', '.join(first.get('streams') or [])}: {first.get('check')})" if first else "-",
-            f"{decode['psnr_mean_db']:.2f} / {decode['psnr_worst_db']:.2f}" if decode.get("psnr_mean_db") is not None
-            else (decode.get("error") or "-"))) + "</tr>")
+    for n, case in cases:
+        at = f"/cases/{n}/trajectory"
+        m = checks.mapping(case.get("trajectory"), at)
+        worst = checks.mapping(m.get("worst"), at + "/worst")
+        first = checks.mapping(m.get("first_failure"), at + "/first_failure")
+        decode = checks.mapping(m.get("decode"), at + "/decode")
+        streams = ", ".join(str(s) for s in checks.items(first.get("streams"), at + "/first_failure/streams"))
+        mean = decode.get("psnr_mean_db")
+        cells = (str(case.get("uuid"))[:12], str(case.get("definition"))[len(TRAJECTORY):], case.get("status"),
+                 f"{m.get('steps_passed', 0)}/{m.get('steps_total', 0)}",
+                 f"{checks.fmt(worst.get('ratio'), at + '/worst/ratio', '.3g', missing='0')} at step "
+                 f"{worst.get('step')} ({worst.get('stream')})" if worst else "-",
+                 f"step {first.get('step')} ({streams}: {first.get('check')})" if first else "-",
+                 f"{checks.fmt(mean, at + '/decode/psnr_mean_db', '.2f')} / "
+                 f"{checks.fmt(decode.get('psnr_worst_db'), at + '/decode/psnr_worst_db', '.2f')}"
+                 if mean is not None else (decode.get("error") or "-"))
+        rows.append("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("trajectory", "pipeline", "status", "steps passed", "worst e/f",
                                               "first failure", "PSNR mean / worst dB"))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def render(report: Mapping[str, Any], *, title: str = "ikdata replay report") -> str:
-    """The whole HTML page (plotly.js inlined once)."""
+def _slug(value: Any) -> str:
+    """An id fragment from a record value: letters, digits and '-' only (never the raw value)."""
+    return re.sub(r"[^A-Za-z0-9-]", "", str(value))[:12]
+
+
+def _problems_block(problems: list[Problem]) -> str:
+    if not problems:
+        return ""
+    shown = "".join(f"<li><code>{_e(p.pointer or '')}</code> {_e(p.message)}</li>" for p in problems[:200])
+    more = f"<li>… and {len(problems) - 200} more</li>" if len(problems) > 200 else ""
+    return (f"<div class='problems'><p>{len(problems)} value(s) of this report are not what the page expected; "
+            f"they are drawn as gaps or shown as \u201c{NOT_A_NUMBER}\u201d:</p><ul>{shown}{more}</ul></div>")
+
+
+def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
+         path: str = "report") -> tuple[str, list[Problem]]:
+    """The whole HTML page (plotly.js inlined once) and the problems met: values of the wrong type, each
+    named by ``path`` and its JSON pointer."""
     _plotly()
     import plotly.io as pio
 
-    cases = list(report.get("cases") or [])
-    trajectories = [c for c in cases if str(c.get("definition", "")).startswith(TRAJECTORY)]
-    operators = [c for c in cases if not str(c.get("definition", "")).startswith(TRAJECTORY)
-                 and not (c.get("tolerance") or {}).get("samples")]
+    checks = Checks(path)
+    cases: list[tuple[int, Mapping[str, Any]]] = []
+    for n, case in enumerate(checks.items(report.get("cases"), "/cases")):
+        if isinstance(case, Mapping):
+            cases.append((n, case))
+        else:
+            checks.wrong(f"/cases/{n}", "an object", case)
+    trajectories = [(n, c) for n, c in cases if str(c.get("definition", "")).startswith(TRAJECTORY)]
+    operators = [(n, c) for n, c in cases if not str(c.get("definition", "")).startswith(TRAJECTORY)
+                 and not checks.mapping(c.get("tolerance"), f"/cases/{n}/tolerance").get("samples")]
     parts: list[str] = []
     first = True
+    ids = itertools.count()
 
-    def plot(fig: Any, div_id: str) -> str:
+    def plot(fig: Any) -> str:
         nonlocal first
-        snippet = pio.to_html(fig, full_html=False, include_plotlyjs=True if first else False, div_id=div_id)
+        snippet = pio.to_html(fig, full_html=False, include_plotlyjs=True if first else False,
+                              div_id=f"plot-{next(ids)}")
         first = False
         return snippet
 
     counts: dict[str, int] = {}
-    for case in cases:
-        counts[case["status"]] = counts.get(case["status"], 0) + 1
+    for _, case in cases:
+        counts[str(case.get("status"))] = counts.get(str(case.get("status")), 0) + 1
     parts.append(f"<p class='meta'>{len(cases)} cases: "
-                 + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                 + f" &middot; device {html.escape(str(report.get('device')))} &middot; torch "
-                 f"{html.escape(str(report.get('torch')))} &middot; ikdata {html.escape(str(report.get('ikdata_version')))}</p>")
+                 + ", ".join(f"{n} {_e(s)}" for s, n in sorted(counts.items()))
+                 + f" &middot; device {_e(report.get('device'))} &middot; torch "
+                 f"{_e(report.get('torch'))} &middot; ikdata {_e(report.get('ikdata_version'))}</p>")
     if trajectories:
-        parts.append("<h2>Diffusion trajectories</h2>" + _summary_table(trajectories))
-        for n, case in enumerate(trajectories):
-            m = case.get("trajectory") or {}
-            parts.append(f"<section class='trajectory' id='trajectory-{case['uuid'][:12]}'><h3>{case['uuid'][:12]} "
-                         f"{html.escape(case['definition'][len(TRAJECTORY):])}: {case['status']}</h3>")
+        parts.append("<h2>Diffusion trajectories</h2>" + _summary_table(trajectories, checks))
+        for n, case in trajectories:
+            at = f"/cases/{n}"
+            m = checks.mapping(case.get("trajectory"), at + "/trajectory")
+            uuid = str(case.get("uuid"))
+            parts.append(f"<section class='trajectory' id='trajectory-{n}-{_slug(uuid)}'><h3>{_e(uuid[:12])} "
+                         f"{_e(str(case.get('definition'))[len(TRAJECTORY):])}: {_e(case.get('status'))}</h3>")
             if case.get("reason"):
-                parts.append(f"<p class='reason'>{html.escape(case['reason'])}</p>")
+                parts.append(f"<p class='reason'>{_e(case['reason'])}</p>")
             if m:
-                parts.append(f"<p class='meta'>pass when e &le; {m.get('k'):g}&middot;f + {m.get('eps'):g}; attention "
-                             f"{html.escape(str(m.get('attention')))}; level: {html.escape(str(m.get('level')))}</p>")
-            for i, (name, fig) in enumerate(trajectory_figures(case)):
-                parts.append(plot(fig, f"t{n}-{i}"))
+                parts.append(f"<p class='meta'>pass when e &le; "
+                             f"{_e(checks.fmt(m.get('k'), at + '/trajectory/k', 'g', missing='?'))}&middot;f + "
+                             f"{_e(checks.fmt(m.get('eps'), at + '/trajectory/eps', 'g', missing='?'))}; attention "
+                             f"{_e(m.get('attention'))}; level: {_e(m.get('level'))}</p>")
+            for _name, fig in trajectory_figures(case, checks, at):
+                parts.append(plot(fig))
             parts.append("</section>")
-    fig = operator_figure(operators)
+    fig = operator_figure([c for _, c in operators], checks, [f"/cases/{n}" for n, _ in operators])
     if fig is not None:
-        parts.append("<h2>Operator workloads</h2>" + plot(fig, "operators"))
-    sampling = sampling_figures(report)
+        parts.append("<h2>Operator workloads</h2>" + plot(fig))
+    sampling = sampling_figures(report, checks)
     if sampling:
         parts.append("<h2>Sampling</h2>")
-        for i, (name, fig, line) in enumerate(sampling):
-            parts.append(plot(fig, f"sampling-{i}") + f"<p class='meta'>{html.escape(line)}</p>")
+        for _name, fig, line in sampling:
+            parts.append(plot(fig) + f"<p class='meta'>{_e(line)}</p>")
     if first:
         parts.append("<p>Nothing to draw: the report has no trajectory, operator metrics or sampling verdicts.</p>")
+    problems = list(dict.fromkeys(checks.problems))  # a value read by two views is one problem
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:.3em .6em;font-size:.9em}.reason{color:#a93226}.meta{color:#555}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>\n")
+             "td,th{border:1px solid #ccc;padding:.3em .6em;font-size:.9em}.reason{color:#a93226}.meta{color:#555}"
+             ".problems{border:1px solid #a93226;padding:.5em 1em;color:#a93226}")
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{style}</style></head><body><h1>{_e(title)}</h1>{_problems_block(problems)}"
+            f"{''.join(parts)}</body></html>\n")
+    return page, problems
 
 
-def write_html(report: Mapping[str, Any], out: str | os.PathLike, *, title: str = "ikdata replay report") -> Path:
-    """Render and write the page atomically; returns its path."""
-    path = Path(out)
-    write_atomic(path, [render(report, title=title).encode()])
-    return path
+def render(report: Mapping[str, Any], *, title: str = "ikdata replay report") -> str:
+    """The whole HTML page (plotly.js inlined once); :func:`draw` also returns the problems it met."""
+    return draw(report, title=title)[0]
+
+
+def write_html(report: Mapping[str, Any], out: str | os.PathLike, *, title: str = "ikdata replay report",
+               path: str = "report") -> tuple[Path, list[Problem]]:
+    """Render and write the page atomically; returns its path and the problems met (see :func:`draw`)."""
+    target = Path(out)
+    page, problems = draw(report, title=title, path=path)
+    write_atomic(target, [page.encode()])
+    return target, problems
 
 
 def report_path_for(target: str | os.PathLike) -> Path:
@@ -274,5 +496,5 @@ def report_path_for(target: str | os.PathLike) -> Path:
     return target
 
 
-__all__ = ["ZERO_AT", "load_report", "operator_figure", "render", "report_path_for", "sampling_figures",
-           "trajectory_figures", "write_html"]
+__all__ = ["NOT_A_NUMBER", "ZERO_AT", "Checks", "draw", "load_report", "operator_figure", "render", "report_path_for",
+           "sampling_figures", "trajectory_figures", "write_html"]
