@@ -292,7 +292,10 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
         raise UsageError(f"{root}: no such dataset folder")
     with dataset_lock(root, exclusive=True):
         recovery = recover(root, locked=True)
-        state = manifest_state(root)  # judged on the files as the writers left them, before any repair
+        from ikdata.core.pack_writer import repair_packs
+
+        pack_indexes = repair_packs(root)  # derived data: rebuilt first, so the blob set is judged through good indexes
+        state = manifest_state(root)  # judged on the files as the writers left them, before any other repair
         files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
         files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
         results = [r for r in (jsonl.repair(f) for f in files) if r.removed_lines]
@@ -301,9 +304,6 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
         if orphans or disagreeing:
             results.append(_set_aside_lines(root / RECEIPTS, sorted(set(orphans) | set(disagreeing))))
         gc_deleted = _finish_gc(root)
-        from ikdata.core.pack_writer import repair_packs
-
-        pack_indexes = repair_packs(root)
         reordered = reorder_definitions(root) if detect_layout(root) == IKDATA else ()
         has_manifest = (root / manifest.MANIFEST).exists()
         written = None

@@ -18,6 +18,7 @@ import json
 import mmap
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 
 from ikdata.core import schema
-from ikdata.core.digest import tensor_digest, tensor_prefix
+from ikdata.core.digest import parts_digest, tensor_digest, tensor_prefix
 from ikdata.core.errors import BlobCorrupted, StoreError
 from ikdata.core.paths import PathResolver
 from ikdata.core.problems import Problem
@@ -40,6 +41,7 @@ from ikdata.core.safetensors_format import (
     TORCH_NAME_BY_CODE,
     FormatError,
     TensorEntry,
+    canonical_problem,
     encode_header,
     parse_header,
 )
@@ -383,7 +385,8 @@ class PackCheck:
 
 def check_pack(root: str | os.PathLike, index: str, blobs: list[PackedBlob], *, deep: bool = True,
                jobs: int = 1) -> PackCheck:
-    """Check one pack: its header against its index, and (``deep``) each tensor's slice against its key.
+    """Check one pack: its header against its index, and (``deep``) each tensor's slice against its key
+    and the pack's bytes against its name.
 
     One read per pack (memory-mapped); the slices are hashed on ``jobs`` threads (hashlib releases
     the GIL). A tensor is verified when the header and the index agree on it and its bytes hash
@@ -392,6 +395,10 @@ def check_pack(root: str | os.PathLike, index: str, blobs: list[PackedBlob], *, 
     root = Path(root)
     pack = blobs[0].pack if blobs else index[:-len(INDEX_SUFFIX)] + PACK_SUFFIX
     problems: list[Problem] = []
+    if deep:
+        misnamed = pack_name_problem(root, pack)
+        if misnamed is not None:
+            problems.append(misnamed)
     if blobs and _header_matches(root / pack, blobs):  # the usual case: no header parse needed
         ranges = [(b.digest, b.dtype, b.shape, b.offset, b.offset + b.length) for b in blobs]
         return _hash_ranges(root, pack, index, ranges, deep, jobs, problems)
@@ -417,6 +424,11 @@ def check_pack(root: str | os.PathLike, index: str, blobs: list[PackedBlob], *, 
                                     code="bad-pack-index"))
         else:
             agreed.append(entry)
+    listed = {b.digest for b in blobs}
+    for key in sorted(set(entries) - listed):
+        problems.append(Problem(index, f"does not list tensor {key}, which pack {pack} holds; run 'ikdata repair' "
+                                "to rebuild the index from the pack", pointer=f"/tensors/{key}",
+                                code="bad-pack-index"))
     ranges = [(e.key, e.dtype, e.shape, e.start, e.end) for e in agreed]
     return _hash_ranges(root, pack, index, ranges, deep, jobs, problems)
 
@@ -515,6 +527,121 @@ def check_packs(root: str | os.PathLike, found: PackSet, *, deep: bool = True,
         return list(pool.map(lambda item: check_pack(root, item[0], list(item[1]), deep=deep, jobs=1), items))
 
 
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of a regular file, never through a link and never blocking on a FIFO.
+
+    Raises:
+        OSError: missing, a link, or not a regular file (``EINVAL`` then, with the reason as strerror).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(22, "not a regular file")
+    return fd
+
+
+def _chunks(fd: int, size: int = 1 << 20) -> Iterator[bytes]:
+    while chunk := os.read(fd, size):
+        yield chunk
+
+
+def pack_name_problem(root: str | os.PathLike, pack: str) -> Problem | None:
+    """Why a pack's name is not the sha256 of its bytes (read once, hashed through
+    :mod:`ikdata.core.digest`), or None when it is."""
+    stem = os.path.basename(pack)[:-len(PACK_SUFFIX)]
+    try:
+        fd = _open_regular(Path(root) / pack)
+    except OSError as exc:
+        return Problem(pack, f"cannot read: {exc.strerror or exc}", code="bad-pack")
+    try:
+        found = parts_digest(_chunks(fd))
+    finally:
+        os.close(fd)
+    if found == stem:
+        return None
+    return Problem(pack, f"is named {stem}, but its bytes hash to {found}: a pack is named by the sha256 of its "
+                   "bytes, so this is not the pack its name says (renamed, or changed in place); restore it from "
+                   "where the dataset came from, or run 'ikdata unpack' and 'ikdata pack' to rewrite it from the "
+                   "tensors that verify", code="pack-name-mismatch")
+
+
+def read_loose(root: str | os.PathLike, digest: str) -> tuple[PackItem | None, str | None]:
+    """The tensor of a loose blob, verified: canonical, and hashing to ``digest`` (through
+    :mod:`ikdata.core.digest`). Returns (item, None), or (None, why it cannot be relied on)."""
+    rel = f"blob/sha256/{digest[:2]}/{digest}.safetensors"
+    try:
+        fd = _open_regular(Path(root) / rel)
+    except FileNotFoundError:
+        return None, f"{rel} is missing"
+    except OSError as exc:
+        return None, f"{rel}: cannot read: {exc.strerror or exc}"
+    try:
+        data = b"".join(_chunks(fd))
+    finally:
+        os.close(fd)
+    try:
+        entries = parse_header(data[:8 + min(int.from_bytes(data[:8], "little"), len(data))], len(data))
+    except FormatError as exc:
+        return None, f"{rel}: not a readable blob: {exc}"
+    reason = canonical_problem(entries)
+    if reason is not None:
+        return None, f"{rel}: {reason}"
+    entry = entries[0]
+    view = memoryview(data)[entry.start:entry.end]
+    found = tensor_digest(entry.dtype, entry.shape, view)
+    if found != digest:
+        return None, f"{rel}: its content hashes to {found}, not its name"
+    return PackItem(digest, entry.dtype, tuple(entry.shape), view), None
+
+
+class PackVerifier:
+    """Checks a packed copy before a command deletes another copy relying on it (pack, unpack, gc,
+    repair), each check once: the index against its pack's header (an entry the pack lacks, a key
+    that is not its member's), the member's bytes against its digest, the pack's bytes against its
+    name. Every reason is kept, so the caller can name what it did not rely on."""
+
+    def __init__(self, root: str | os.PathLike, found: PackSet) -> None:
+        self.root = Path(root)
+        self.found = found
+        self._headers: dict[str, tuple[Problem, ...]] = {}
+        self._names: dict[str, Problem | None] = {}
+        self._members: dict[tuple[str, str], str | None] = {}
+
+    def header(self, index: str) -> tuple[Problem, ...]:
+        """The problems of an index against its pack's header (no tensor is hashed)."""
+        if index not in self._headers:
+            self._headers[index] = check_pack(self.root, index, list(self.found.listed.get(index, ())),
+                                              deep=False).problems
+        return self._headers[index]
+
+    def name(self, pack: str) -> Problem | None:
+        if pack not in self._names:
+            self._names[pack] = pack_name_problem(self.root, pack)
+        return self._names[pack]
+
+    def copy(self, blob: PackedBlob) -> str | None:
+        """Why this packed copy cannot be relied on, or None when it verifies."""
+        key = (blob.index, blob.digest)
+        if key not in self._members:
+            self._members[key] = self._check(blob)
+        return self._members[key]
+
+    def _check(self, blob: PackedBlob) -> str | None:
+        header = self.header(blob.index) if blob.index else ()
+        if header:
+            return f"{blob.index} disagrees with its pack ({header[0].message})"
+        try:
+            read_packed(self.root, blob)
+        except BlobCorrupted as exc:
+            return str(exc)
+        misnamed = self.name(blob.pack)
+        return f"{misnamed.path}: {misnamed.message}" if misnamed is not None else None
+
+    def sound(self, index: str) -> bool:
+        """Whether an index agrees with its pack's header (then gc may rewrite or delete the pack)."""
+        return not self.header(index)
+
+
 def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: dict[str, Any],
                       problems: list[Problem], *, deep: bool, jobs: int | None = None) -> tuple[int, int]:
     """Validate's share: check every pack against its index (``deep``: hash every tensor's slice, one
@@ -565,6 +692,6 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
     return rehashed, packed
 
 __all__ = ["DEFAULT_PACK_BYTES", "DEFAULT_THRESHOLD", "INDEX_FORMAT", "PACK_DIR", "PackCheck", "PackError",
-           "PackItem", "PackSet", "PackedBlob", "cached_packs", "check_pack", "check_packed_uses", "check_packs", "encode_pack", "has_packs",
-           "index_from_pack", "index_name", "iter_packed", "load_packs", "pack_name", "read_index",
-           "read_packed"]
+           "PackItem", "PackSet", "PackVerifier", "PackedBlob", "cached_packs", "check_pack", "check_packed_uses",
+           "check_packs", "encode_pack", "has_packs", "index_from_pack", "index_name", "iter_packed", "load_packs",
+           "pack_name", "pack_name_problem", "read_index", "read_loose", "read_packed"]

@@ -25,6 +25,18 @@ from ikdata.core.packs import PACK_DIR
 DEFAULT_GRACE_MINUTES = 10.0
 
 
+class GcLeftDamage(ProblemsFound):
+    """gc finished, but left damaged packs or copies as they are (nothing relied on them).
+
+    Attributes:
+        result: what gc did (:class:`GcResult`); its manifest is written.
+    """
+
+    def __init__(self, problems, summary: str, result: GcResult) -> None:
+        super().__init__(problems, summary)
+        self.result = result
+
+
 @dataclass(frozen=True)
 class GcResult:
     """What gc deleted (or, with ``dry_run``, would delete)."""
@@ -82,12 +94,14 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
         raise UsageError(f"{root}: not an ikdata dataset (no blob/ folder, no ikdata.json)")
     if grace_minutes < 0:
         raise UsageError(f"--grace must be >= 0 minutes, got {grace_minutes}")
-    from ikdata.ops.pack import collect_packs
+    from ikdata.ops.pack import collect_packs, refuse_disagreeing_indexes
 
     with dataset_lock(root, exclusive=True):
         if not dry_run:
             recover(root, locked=True)
         used = referenced_blobs(root)
+        if (root / PACK_DIR).is_dir():  # a pack index gc cannot rely on: nothing is deleted (repair rebuilds it)
+            refuse_disagreeing_indexes(root)
         cutoff = time.time() - grace_minutes * 60
         deleted, young = [], []
         freed = kept = 0
@@ -108,18 +122,27 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
             mark_gc(root, deleted)
             for rel in deleted:
                 (root / rel).unlink(missing_ok=True)
+        problems = ()
         if (root / PACK_DIR).is_dir():  # packed blobs (ikdata.core.packs): whole packs go, mixed ones are rewritten
             packs = collect_packs(root, used, kept_loose, cutoff, dry_run=dry_run)
             deleted += packs.deleted
             freed += packs.freed
             kept += packs.kept
             young += packs.young
+            problems = packs.problems
         if not dry_run:
             dataset_id = manifest.write(root)
             clear_gc_mark(root)
         else:
             dataset_id = manifest.current_id(root)
-    return GcResult(tuple(sorted(deleted)), freed, tuple(sorted(young)), kept, dry_run, dataset_id)
+    result = GcResult(tuple(sorted(deleted)), freed, tuple(sorted(young)), kept, dry_run, dataset_id)
+    if problems:
+        verb = "would delete" if dry_run else "deleted"
+        raise GcLeftDamage(list(problems), f"{root}: gc {verb} {len(result.deleted)} unreferenced file(s) and kept "
+                           f"{kept}, but left {len(problems)} damaged pack(s) or copies as they are (nothing was "
+                           f"deleted relying on them); restore them from where the dataset came from "
+                           f"('ikdata validate --deep {root}' names every one)", result)
+    return result
 
 
-__all__ = ["GcResult", "collect_garbage", "referenced_blobs", "DEFAULT_GRACE_MINUTES"]
+__all__ = ["GcLeftDamage", "GcResult", "collect_garbage", "referenced_blobs", "DEFAULT_GRACE_MINUTES"]

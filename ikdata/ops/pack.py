@@ -2,10 +2,12 @@
 
 pack, under the dataset's exclusive lock: read each small loose blob once and check its bytes
 against its name; write a pack and fsync it, then publish its index (write + fsync + rename),
-and only then delete the loose copies. A kill before the index leaves an unpublished pack that
-``gc`` removes; a kill after it leaves loose copies that the next ``pack`` deletes. unpack is
-the reverse: write every loose blob (verified), then remove the index (unpublishing), then the
-pack. Descriptors and the manifest's blob set do not change either way.
+rehash the published pack, and only then delete the loose copies. A kill before the index leaves
+an unpublished pack that ``gc`` removes; a kill after it leaves loose copies that the next
+``pack`` deletes once their packed copy verifies. unpack is the reverse: write every loose blob
+(or keep one already there), rehash it, then remove the index (unpublishing), then the pack.
+No copy is deleted before the copy that stays is verified (:class:`~ikdata.core.packs.PackVerifier`).
+Descriptors and the manifest's blob set do not change either way.
 """
 
 from __future__ import annotations
@@ -21,18 +23,24 @@ from ikdata.core.pack_writer import write_pack
 from ikdata.core.packs import (
     DEFAULT_PACK_BYTES,
     DEFAULT_THRESHOLD,
+    INDEX_SUFFIX,
+    PACK_SUFFIX,
     PackedBlob,
+    PackError,
     PackItem,
+    PackVerifier,
+    check_pack,
+    index_from_pack,
     load_packs,
+    read_index,
+    read_loose,
     read_packed,
 )
 from ikdata.core.problems import Problem
-from ikdata.core.safetensors_format import canonical_problem
 from ikdata.core.store import (
     BlobStore,
     blob_path,
     digest_from_path,
-    rehash_file,
     write_atomic,
 )
 
@@ -77,6 +85,26 @@ def _refuse_bad_indexes(root: Path) -> None:
                             f"run 'ikdata repair {root}' first")
 
 
+def refuse_disagreeing_indexes(root: Path) -> None:
+    """gc's first step, before it deletes anything: every index readable, and agreeing with its pack's
+    header (no entry the pack lacks, no key that is not its member's, no member left out). An index
+    that does not would make gc judge the wrong tensors garbage and commit a blob set that
+    ``repair`` later contradicts; ``repair`` rebuilds it from the pack.
+
+    Raises:
+        ProblemsFound: naming each such index; nothing was deleted.
+    """
+    found = load_packs(root)
+    problems = list(found.problems)
+    verifier = PackVerifier(root, found)
+    for index in found.listed:
+        problems += [p for p in verifier.header(index) if p.code == "bad-pack-index"]
+    if problems:
+        raise ProblemsFound(problems, f"{root}: gc refused, nothing was deleted: {len(problems)} pack index "
+                            f"problem(s) (unreadable, or disagreeing with its pack); run 'ikdata repair {root}' to "
+                            "rebuild the indexes from their packs, then gc again")
+
+
 def pack_dataset(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD,
                  pack_bytes: int = DEFAULT_PACK_BYTES) -> PackResult:
     """Pack every loose canonical blob smaller than ``threshold`` bytes, about ``pack_bytes`` per pack.
@@ -93,13 +121,14 @@ def pack_dataset(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD,
     with dataset_lock(root, exclusive=True):
         _refuse_bad_indexes(root)
         store = BlobStore(root)
-        already = load_packs(root).blobs
+        found = load_packs(root)
+        verifier = PackVerifier(root, found)
         candidates, redundant = [], []
         for rel, size, link in store.scan_blobs():
             digest = digest_from_path(rel)
             if link or digest is None or rel != blob_path(digest) or size >= threshold:
                 continue
-            (redundant if digest in already else candidates).append(rel)
+            (redundant if digest in found.blobs else candidates).append(rel)
         skipped: list[Problem] = []
         written, moved, total = [], 0, 0
         batch: list[tuple[str, PackItem]] = []
@@ -109,49 +138,44 @@ def pack_dataset(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD,
             nonlocal batch, size, moved, total
             if not batch:
                 return
-            pack, _ = write_pack(root, [item for _, item in batch])
+            pack, index = write_pack(root, [item for _, item in batch])
             written.append(pack)
+            check = check_pack(root, index, read_index(root, index), deep=True)  # the copy that stays, rehashed
+            good = set(check.verified) if not check.problems else set()
             for rel, item in batch:
+                if item.digest not in good:
+                    skipped.append(Problem(rel, f"kept loose: its new packed copy in {pack} did not verify when read "
+                                           "back; run 'ikdata validate --deep'", code="bad-pack"))
+                    continue
                 (root / rel).unlink(missing_ok=True)
                 checkpoint("pack-loose-removed")
-            moved += len(batch)
-            total += size
+                moved += 1
+                total += len(item.data)
             batch, size = [], 0
 
         for rel in sorted(candidates):
-            item = _read_loose(root, rel, skipped)
+            item, why = read_loose(root, digest_from_path(rel))
             if item is None:
+                skipped.append(Problem(rel, f"left loose: {why}; run 'ikdata validate --deep'",
+                                       code="digest-mismatch"))
                 continue
             batch.append((rel, item))
             size += len(item.data)
             if size >= pack_bytes:
                 flush()
         flush()
-        for rel in redundant:
+        removed = 0
+        for rel in sorted(redundant):  # a loose copy of a packed tensor goes only when the packed copy verifies
+            blob = found.blobs[digest_from_path(rel)]
+            why = verifier.copy(blob)
+            if why is not None:
+                skipped.append(Problem(rel, f"kept loose: its packed copy in {blob.pack} cannot be relied on: {why}",
+                                       code="bad-pack"))
+                continue
             (root / rel).unlink(missing_ok=True)
+            removed += 1
         _fsync_folders(root, candidates + redundant)
-    return PackResult(tuple(written), moved, moved + len(redundant), total, tuple(skipped))
-
-
-def _read_loose(root: Path, rel: str, skipped: list[Problem]) -> PackItem | None:
-    check = rehash_file(root / rel)
-    expected = digest_from_path(rel)
-    if check.error:
-        skipped.append(Problem(rel, f"unreadable blob left loose: {check.error}", code="bad-blob"))
-        return None
-    reason = canonical_problem(check.entries)
-    if reason or check.digests[0] != expected:
-        why = reason or f"content digest is {check.digests[0]}, not its name"
-        skipped.append(Problem(rel, f"left loose: {why}; run 'ikdata validate --deep'", code="digest-mismatch"))
-        return None
-    entry = check.entries[0]
-    with open(root / rel, "rb") as stream:
-        stream.seek(entry.start)
-        data = stream.read(entry.nbytes)
-    if len(data) != entry.nbytes:
-        skipped.append(Problem(rel, "changed while being packed; left loose", code="bad-blob"))
-        return None
-    return PackItem(expected, entry.dtype, tuple(entry.shape), data)
+    return PackResult(tuple(written), moved, moved + removed, total, tuple(skipped))
 
 
 def _fsync_folders(root: Path, rels: list[str]) -> None:
@@ -168,6 +192,9 @@ def _fsync_folders(root: Path, rels: list[str]) -> None:
 
 def unpack_dataset(path: str | os.PathLike) -> UnpackResult:
     """Write every packed tensor back as a canonical loose blob (verified), then remove the packs.
+
+    A loose copy already there is kept when it verifies and replaced by the packed bytes when it
+    does not; either way the loose copy is rehashed before its pack goes.
 
     Raises:
         ProblemsFound: an index is unreadable, or a tensor in a pack does not verify; the packs it
@@ -195,7 +222,18 @@ def unpack_dataset(path: str | os.PathLike) -> UnpackResult:
             checkpoint("unpack-index-removed")
             (root / blobs[0].pack if blobs else root / index).unlink(missing_ok=True)
             removed.append(blobs[0].pack if blobs else index)
-        for orphan in found.orphans:  # unpublished packs: their tensors are loose already
+        for orphan in found.orphans:  # unpublished packs: gone once every tensor in them is loose and verified
+            try:
+                document = index_from_pack(root / orphan)
+            except PackError:
+                continue  # unreadable: nothing reads it; gc removes it
+            try:
+                for digest, t in document["tensors"].items():
+                    written += _write_loose(root, PackedBlob(digest, orphan, "", t["dtype"], tuple(t["shape"]),
+                                                             t["offset"], t["length"]))
+            except StoreError as exc:
+                problems.append(Problem(orphan, str(exc).split(": ", 1)[-1], code="bad-pack"))
+                continue
             (root / orphan).unlink(missing_ok=True)
     if problems:
         raise ProblemsFound(problems, f"{root}: {len(problems)} packed tensor(s) did not verify; their packs were "
@@ -204,78 +242,157 @@ def unpack_dataset(path: str | os.PathLike) -> UnpackResult:
 
 
 def _write_loose(root: Path, blob: PackedBlob) -> int:
+    """Make the loose copy of a packed tensor good: keep one that verifies, else write it from the
+    verified packed bytes; then rehash it. Returns 1 when a file was written.
+
+    Raises:
+        BlobCorrupted: the packed copy does not verify, or the loose copy written does not read back.
+    """
+    from ikdata.core.errors import BlobCorrupted
+
     target = root / blob_path(blob.digest)
-    if target.is_file():
+    if read_loose(root, blob.digest)[0] is not None:
         return 0
     data = read_packed(root, blob)
     write_atomic(target, blob.loose_bytes(data))
+    _, why = read_loose(root, blob.digest)
+    if why is not None:
+        raise BlobCorrupted(f"{blob.pack}: the loose copy of tensor {blob.digest} written from it does not read "
+                            f"back ({why}); the pack was kept", path=blob.pack, digest=blob.digest)
     return 1
 
 
 @dataclass(frozen=True)
 class PackGarbage:
-    """gc's share of packs: files deleted (or to delete), bytes freed, packed tensors kept, packs spared."""
+    """gc's share of packs: files deleted (or to delete), bytes freed, packed tensors kept, packs spared,
+    and the damage found that made gc leave a pack or a copy as it is."""
 
     deleted: tuple[str, ...]
     freed: int
     kept: int
     young: tuple[str, ...]
+    problems: tuple[Problem, ...] = ()
 
 
 def collect_packs(root: Path, used: set[str], kept_loose: set[str], cutoff: float, *,
                   dry_run: bool) -> PackGarbage:
     """Remove what no referenced tensor needs from the packs (gc holds the exclusive lock).
 
-    A pack whose referenced tensors are all kept in an earlier pack goes whole (a loose copy does
-    not count: packs are the preferred form, and ``pack`` removes loose copies of packed tensors):
-    its index first (unpublishing it), then the pack. A pack holding some referenced tensors and
-    some garbage is rewritten with only the referenced ones (published before the old one goes). An
-    unpublished pack (no index) goes when each tensor in it is unreferenced or stored elsewhere.
+    Nothing is deleted on an index's word alone, and no copy goes before the copy that stays
+    verifies (:class:`~ikdata.core.packs.PackVerifier`):
+
+    * an index that is unreadable or disagrees with its pack's header (a tensor the pack lacks, a key
+      that is not its member's) refuses the whole gc (:func:`refuse_disagreeing_indexes`); a pack
+      that cannot be read is left whole and its tensors count as no copy;
+    * a tensor held by several packs stays in the first copy (index order) that verifies (its bytes
+      hash to its digest, its pack to its name); when none verifies, every copy stays;
+    * a pack whose referenced tensors all stay elsewhere goes whole (a loose copy does not count:
+      packs are the preferred form): its index first (unpublishing it), then the pack;
+    * a pack holding some referenced tensors and some garbage is rewritten with the referenced ones
+      (each verified as it is read), the new pack rehashed and published before the old one goes;
+    * an unpublished pack (no index) goes when each tensor in it is unreferenced or has a verified
+      copy elsewhere (a published pack, or a loose blob).
+
     Packs modified after ``cutoff`` are spared, as young loose blobs are.
     """
+    refuse_disagreeing_indexes(root)  # gc checked this before deleting anything; a caller on its own too
     found = load_packs(root)
-    if found.problems:  # an unreadable index might be the only copy of a referenced tensor
-        raise ProblemsFound(list(found.problems), f"{root}: gc refused: {len(found.problems)} pack index(es) are "
-                            f"unreadable; run 'ikdata repair {root}' first")
-    kept: set[str] = set()
+    verifier = PackVerifier(root, found)
+    problems: list[Problem] = []
+    sound = {index: verifier.sound(index) for index in found.listed}
+    for index in found.listed:
+        problems += verifier.header(index)
+    copies: dict[str, list[PackedBlob]] = {}
+    for index, blobs in found.listed.items():
+        for blob in blobs if sound[index] else ():
+            if blob_path(blob.digest) in used:
+                copies.setdefault(blob.digest, []).append(blob)
+    holder: dict[str, str | None] = {}  # digest -> the index whose copy stays; None: no copy verifies, all stay
+    failed: dict[str, list[tuple[str, str]]] = {}  # pack -> (digest, why) of copies that did not verify
+    for digest, held in copies.items():
+        if len(held) == 1:
+            holder[digest] = held[0].index  # the only copy: it stays where it is (verified if it moves)
+            continue
+        holder[digest] = None
+        for blob in held:
+            why = verifier.copy(blob)
+            if why is None:
+                holder[digest] = blob.index
+                break
+            failed.setdefault(blob.pack, []).append((digest, why))
     deleted: list[str] = []
     young: list[str] = []
+    rewritten: dict[str, PackedBlob] = {}  # digest -> its copy in a pack gc wrote (verified as written)
     freed = kept_count = 0
     for index, blobs in found.listed.items():
-        pack = blobs[0].pack if blobs else index.removesuffix(".index.json") + ".safetensors"
-        needed = [b for b in blobs if blob_path(b.digest) in used and b.digest not in kept]
+        pack = blobs[0].pack if blobs else index.removesuffix(INDEX_SUFFIX) + PACK_SUFFIX
+        if not sound[index]:
+            kept_count += sum(1 for b in blobs if blob_path(b.digest) in used)
+            continue
+        needed = [b for b in blobs if blob_path(b.digest) in used and holder.get(b.digest, index) in (index, None)]
         if len(needed) == len(blobs) and blobs:
-            kept.update(b.digest for b in blobs)
             kept_count += len(blobs)
             continue
         if os.stat(root / pack).st_mtime > cutoff:
             young.append(pack)
-            kept.update(b.digest for b in blobs)
             continue
-        freed += sum(b.loose_size for b in blobs) - sum(b.loose_size for b in needed)
-        deleted += [index, pack]
+        items = []
+        for blob in needed:
+            try:
+                items.append(PackItem(blob.digest, blob.dtype, blob.shape, read_packed(root, blob)))
+            except StoreError as exc:  # a damaged sole copy: the pack stays whole, named
+                problems.append(Problem(pack, str(exc).split(": ", 1)[-1], code="digest-mismatch"))
+        if len(items) != len(needed):
+            kept_count += len(needed)
+            continue
         kept_count += len(needed)
         if dry_run:
-            kept.update(b.digest for b in needed)
+            deleted += [index, pack]
+            freed += sum(b.loose_size for b in blobs) - sum(b.loose_size for b in needed)
             continue
-        if needed:
-            items = [PackItem(b.digest, b.dtype, b.shape, read_packed(root, b)) for b in needed]
-            write_pack(root, items)
+        if items:
+            new_pack, new_index = write_pack(root, items)
+            check = check_pack(root, new_index, read_index(root, new_index), deep=True)
+            if check.problems or len(check.verified) != len(items):
+                problems += check.problems  # the rewrite did not read back: both stay
+                continue
             checkpoint("gc-pack-rewritten")
-        kept.update(b.digest for b in needed)
+            rewritten.update({b.digest: b for b in read_index(root, new_index)})
+            if new_pack == pack:  # the old file already held exactly these bytes (its index was wrong)
+                continue
+        deleted += [index, pack]
+        freed += sum(b.loose_size for b in blobs) - sum(b.loose_size for b in needed)
         (root / index).unlink(missing_ok=True)
         checkpoint("gc-pack-unpublished")
         (root / pack).unlink(missing_ok=True)
-    kept |= {d for d in (digest_from_path(r) for r in kept_loose) if d}
+    for pack, reasons in failed.items():
+        if pack not in deleted:  # a damaged copy gc did not remove: still there, so named
+            problems += [Problem(pack, f"its copy of tensor {digest} cannot be relied on: {why}",
+                                 code="digest-mismatch") for digest, why in reasons]
+    loose_ok: dict[str, bool] = {}
+
+    def elsewhere(digest: str) -> bool:
+        """Whether a referenced tensor has a verified copy besides the unpublished pack being judged."""
+        if digest in rewritten:
+            return True
+        index = holder.get(digest)
+        if index is not None:
+            blob = next(b for b in found.listed[index] if b.digest == digest)
+            if verifier.copy(blob) is None:
+                return True
+        if blob_path(digest) in kept_loose:
+            if digest not in loose_ok:
+                loose_ok[digest] = read_loose(root, digest)[0] is not None
+            return loose_ok[digest]
+        return False
+
     for orphan in found.orphans:
         try:
-            from ikdata.core.packs import index_from_pack
-
             tensors = index_from_pack(root / orphan)["tensors"]
         except StoreError:  # an unreadable unpublished pack: no index ever named it, nothing reads it
             tensors = {}
-        if any(blob_path(d) in used and d not in kept for d in tensors):
-            continue  # the only copy of a referenced tensor: keep it ('ikdata repair' publishes it)
+        if any(blob_path(d) in used and not elsewhere(d) for d in tensors):
+            continue  # the only good copy of a referenced tensor: keep it ('ikdata repair' publishes it)
         if os.stat(root / orphan).st_mtime > cutoff:
             young.append(orphan)
             continue
@@ -283,7 +400,8 @@ def collect_packs(root: Path, used: set[str], kept_loose: set[str], cutoff: floa
         freed += os.stat(root / orphan).st_size
         if not dry_run:
             (root / orphan).unlink(missing_ok=True)
-    return PackGarbage(tuple(deleted), freed, kept_count, tuple(young))
+    return PackGarbage(tuple(deleted), freed, kept_count, tuple(young), tuple(problems))
 
 
-__all__ = ["PackGarbage", "PackResult", "UnpackResult", "collect_packs", "pack_dataset", "unpack_dataset"]
+__all__ = ["PackGarbage", "PackResult", "UnpackResult", "collect_packs", "pack_dataset", "refuse_disagreeing_indexes",
+           "unpack_dataset"]

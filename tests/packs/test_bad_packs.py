@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import ikdata
 from ikdata.cli import app
 from ikdata.core import manifest
-from ikdata.core.errors import BlobCorrupted
+from ikdata.core.errors import BlobCorrupted, ProblemsFound
 from ikdata.core.pack_writer import write_pack
 from ikdata.core.packs import PACK_DIR, PackItem, load_packs
 from ikdata.ops.gc import collect_garbage
@@ -83,7 +83,8 @@ def test_pack_truncated_mid_tensor(packed):
     with pytest.raises(BlobCorrupted, match=pack.name):
         _load_all(packed)
     runner.invoke(app, ["repair", str(packed)])
-    collect_garbage(packed, grace_minutes=0)  # referenced: kept as it is
+    with pytest.raises(ProblemsFound, match=pack.name):  # referenced: kept as it is, and named
+        collect_garbage(packed, grace_minutes=0)
     after = tree_digest(packed)
     assert {k: v for k, v in after.items() if k != "ikdata.json"} == \
         {k: v for k, v in before.items() if k != "ikdata.json"}
