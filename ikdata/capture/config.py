@@ -21,6 +21,7 @@ STRICT_ENV = "IKDATA_CAPTURE_STRICT"
 DEFAULT_QUEUE_BYTES = 256 << 20
 DEFAULT_WEIGHT_CACHE_MIN_BYTES = 64 << 10  # ikdata.capture.weights.DEFAULT_MIN_BYTES
 
+_STREAM = re.compile(r"video|audio|image|stream[0-9]{1,4}")  # the names capture/trajectory.py gives streams
 _UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
           "T": 10**12, "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
 
@@ -98,6 +99,12 @@ class CaptureConfig:
     queue_bytes: int = DEFAULT_QUEUE_BYTES
     weight_cache_min_bytes: int = DEFAULT_WEIGHT_CACHE_MIN_BYTES
     streams: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.streams if not isinstance(name, str) or not _STREAM.fullmatch(name)]
+        if unknown:
+            raise UsageError(f"--streams: unknown stream {unknown[0]!r}; expected names trajectories give their latent "
+                             "streams: video, audio, image or streamN (N a number), e.g. --streams video,audio")
 
     def to_env(self) -> str:
         """The JSON for ``IKDATA_CAPTURE``."""

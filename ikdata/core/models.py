@@ -11,6 +11,7 @@ whose digest differs. Torch-free: files are rehashed from their bytes.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,10 +21,12 @@ import orjson
 from ikdata.core import schema
 from ikdata.core.digest import canonical_json, record_digest
 from ikdata.core.errors import RecordError, StoreError
+from ikdata.core.paths import PathResolver, UnsafePath
 from ikdata.core.store import blob_path, rehash_file, write_atomic
 
 MODELS_DIR = "models"
 DEFAULT_STORE_LIMIT = 256 << 20  # models up to this many bytes are stored in the dataset
+MAX_RECORD_BYTES = 64 << 20  # a model record names tensors; a billion-weight model's is a few MB
 
 
 def model_digest(tensor_digests: Mapping[str, str]) -> str:
@@ -74,20 +77,63 @@ def write_record(root: str | os.PathLike, record: Mapping[str, Any]) -> str:
     return relative
 
 
-def read_record(root: str | os.PathLike, relative: str) -> ModelRecord:
-    """Read and schema-check one model record.
+def record_refusal(relative: object, paths: PathResolver) -> UnsafePath | None:
+    """Why a trajectory's ``model.record`` may not be read, or None: the path rule (relative, inside, no
+    link out, no FIFO or device) and a model record's place, ``models/<name>.json``."""
+    refusal = paths.refusal(relative)
+    if refusal is not None:
+        return refusal
+    assert isinstance(relative, str)
+    if not (relative.startswith(MODELS_DIR + "/") and relative.endswith(".json")) or relative.count("/") != 1:
+        return UnsafePath(relative, f"model record path {relative!r} is not a model record; expected "
+                          f"{MODELS_DIR}/<digest>.json")
+    return None
+
+
+def read_record(root: str | os.PathLike, relative: object, *, paths: PathResolver | None = None,
+                where: str | None = None, line: int | None = None, pointer: str | None = None,
+                validate: bool = True) -> ModelRecord:
+    """Read and schema-check one model record, named by a record (a trajectory's ``model.record``).
+
+    The path obeys the path rule (:func:`record_refusal`) and is opened only as a regular file of at
+    most :data:`MAX_RECORD_BYTES`, so a record cannot make ikdata read outside the dataset or without end.
+    ``where``/``line``/``pointer`` locate a refused path in the record that named it; ``validate=False``
+    skips the schema (gc keeps what a malformed record names; the record may then be any JSON value).
 
     Raises:
-        RecordError: missing, malformed, or breaking its schema.
+        UnsafePath: the path breaks the rule (located when ``where`` is given).
+        RecordError: missing, too large, malformed, or breaking its schema.
     """
-    path = Path(root) / relative
-    try:
-        record = orjson.loads(path.read_bytes())
+    resolver = paths if paths is not None else PathResolver(root)
+    refusal = record_refusal(relative, resolver)
+    if refusal is not None:
+        raise refusal.at(where, line, pointer) if where else refusal
+    assert isinstance(relative, str)
+    try:  # non-blocking, and the type checked on the descriptor: a FIFO or device put there since never blocks
+        fd = os.open(resolver.root / relative, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError as exc:
         raise RecordError("model record not found", path=relative) from exc
+    except OSError as exc:
+        raise RecordError(f"cannot read the model record: {exc.strerror or exc}", path=relative) from exc
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise RecordError("the model record is not a regular file; expected a JSON file", path=relative)
+        size = found.st_size
+        if size > MAX_RECORD_BYTES:
+            raise RecordError(f"model record is {size:,} bytes; expected at most {MAX_RECORD_BYTES:,} (it lists "
+                              "tensors by name and digest)", path=relative)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_RECORD_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_RECORD_BYTES:
+        raise RecordError(f"model record holds more than {MAX_RECORD_BYTES:,} bytes", path=relative)
+    try:
+        record = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc}", path=relative) from exc
-    problems = schema.check("model", record, path=relative)
+    problems = schema.check("model", record, path=relative) if validate else []
     if problems:
         raise RecordError("; ".join(f"{p.pointer} {p.message}" for p in problems), path=relative)
     return ModelRecord(record, relative)
@@ -142,5 +188,5 @@ def hf_cache_snapshot(repo_id: str, revision: str | None) -> Path | None:
         return None
 
 
-__all__ = ["MODELS_DIR", "DEFAULT_STORE_LIMIT", "ModelRecord", "model_digest", "model_relpath", "write_record",
-           "read_record", "resolve_folder", "hf_cache_snapshot"]
+__all__ = ["MODELS_DIR", "DEFAULT_STORE_LIMIT", "MAX_RECORD_BYTES", "ModelRecord", "model_digest", "model_relpath",
+           "write_record", "record_refusal", "read_record", "resolve_folder", "hf_cache_snapshot"]

@@ -28,6 +28,9 @@ from ikdata.core.errors import UsageError
 
 RECIPE = "cpu-randn-float32/1"  # bump if the recipe above ever changes
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+SEED_MAX = (1 << 64) - 1  # torch.Generator.manual_seed takes 0 .. 2**64-1 (a negative seed s wraps to s + 2**64)
+MAX_DIMS = 8  # a latent has at most 5 (batch, channels, frames, height, width); 8 leaves room
+DEFAULT_MAX_BYTES = 4 << 30  # `ikdata noise` draws at most this much unless --max-bytes says more
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,53 @@ def parse_shape(text: str) -> Stream:
     name, sep, dims = str(text).partition("=")
     name = name.strip()
     parts = [p.strip() for p in dims.split(",")] if sep else []
-    if not sep or not _NAME.match(name) or not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if not sep or not _NAME.match(name) or not parts or not all(_dim(p) for p in parts):
         raise UsageError(f"bad --shape {text!r}; expected NAME=D0,D1,... with positive integers, "
                          "e.g. video=1,128,3,4,6")
+    if len(parts) > MAX_DIMS:
+        raise UsageError(f"bad --shape {name}=...: {len(parts)} dimensions; expected at most {MAX_DIMS}")
     return Stream(name, tuple(int(p) for p in parts))
+
+
+def _dim(text: str) -> bool:
+    """Whether ``text`` is a positive dimension in ASCII digits (no more than 18 of them)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18 and int(text) > 0
+
+
+def seed_refusal(seed: object) -> str | None:
+    """Why ``seed`` cannot seed the recipe's generator (what was expected), or None."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        return f"seed {seed!r} is out of range; expected an integer from 0 to 2**64-1 ({SEED_MAX})"
+    return None
+
+
+def check_seed(seed: object, *, option: str = "SEED") -> int:
+    """``seed`` if the recipe's generator takes it.
+
+    Raises:
+        UsageError: naming ``option``.
+    """
+    refusal = seed_refusal(seed)
+    if refusal is not None:
+        raise UsageError(f"{option}: {refusal}")
+    return seed  # type: ignore[return-value]
+
+
+def total_bytes(streams: Sequence[Stream]) -> int:
+    """The float32 bytes :func:`draw` allocates for ``streams``."""
+    return 4 * sum(s.numel for s in streams)
+
+
+def check_size(streams: Sequence[Stream], max_bytes: int, *, option: str = "--max-bytes") -> None:
+    """Refuse streams whose noise would take more than ``max_bytes`` before anything is drawn.
+
+    Raises:
+        UsageError: naming the size, the cap and ``option`` that raises it.
+    """
+    need = total_bytes(streams)
+    if need > max_bytes:
+        raise UsageError(f"the noise of {', '.join(f'{s.name}={list(s.shape)}' for s in streams)} takes {need:,} "
+                         f"bytes, more than the cap of {max_bytes:,}; pass {option} SIZE to draw more")
 
 
 def check_streams(streams: Sequence[Stream]) -> None:
@@ -150,5 +196,6 @@ def streams_of(mapping: Mapping[str, Sequence[int]]) -> list[Stream]:
     return [Stream(n, tuple(int(d) for d in shape)) for n, shape in mapping.items()]
 
 
-__all__ = ["RECIPE", "Stream", "parse_shape", "check_streams", "digest", "draw", "recipe_digest", "describe",
+__all__ = ["RECIPE", "SEED_MAX", "MAX_DIMS", "DEFAULT_MAX_BYTES", "Stream", "parse_shape", "check_streams",
+           "seed_refusal", "check_seed", "total_bytes", "check_size", "digest", "draw", "recipe_digest", "describe",
            "streams_of"]

@@ -8,17 +8,21 @@ Torch-free: :func:`check` is what ``ikdata validate`` runs on them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from ikdata.core import jsonl, schema
 from ikdata.core.digest import record_digest
+from ikdata.core.errors import IkdataError
 from ikdata.core.problems import Problem
 from ikdata.core.store import digest_from_path
 
 TRAJECTORIES_DIR = "trajectories"
 TENSOR_FIELDS = ("x", "out", "x_next")
+MAX_SCHEDULE_STEPS = 10_000  # a step count beyond this and beyond the steps a record holds is refused
+NOISE_FACTOR = 4  # the recipe's noise may hold at most this many times the elements of the largest tensor
 
 
 def trajectory_relpath(pipeline_class: str) -> str:
@@ -120,7 +124,8 @@ def find(root: str | Path, prefix: str) -> list[Trajectory]:
 def check(traj: Trajectory, *, blob_exists: Any, workload_uuids: set[str] | None = None) -> list[Problem]:
     """Every way one (schema-valid) trajectory is inconsistent, each naming file, line and step.
 
-    Checks: the id matches the content; steps of each stream in strictly increasing order, at
+    Checks: the id matches the content; step counts, noise shapes and seed within :func:`limit_problems`;
+    steps of each stream in strictly increasing order, at
     most ``request.steps`` of them and exactly that many for a complete trajectory captured without
     a step or stream selection; every stream named; continuity (x_next of step i is x of step i+1,
     by digest, when both steps were captured); every blob present (``blob_exists(path)``); every
@@ -166,6 +171,8 @@ def check(traj: Trajectory, *, blob_exists: Any, workload_uuids: set[str] | None
             if counts.get(stream, 0) != expected:
                 add(f"stream {stream!r} has {counts.get(stream, 0)} steps, but the request took {expected} "
                     "(a complete trajectory lists every step)", "/steps", "trajectory-step-count")
+    for pointer, message in limit_problems(record, largest=descriptor_elements(record)):
+        add(message, pointer, "trajectory-limit")
     for pointer, path in traj.tensor_paths() if blob_exists is not None else ():
         if not blob_exists(path):
             step = _step_of(record, pointer)
@@ -176,6 +183,68 @@ def check(traj: Trajectory, *, blob_exists: Any, workload_uuids: set[str] | None
                 add(f"step {record['steps'][i]['index']} ({record['steps'][i]['stream']}) names {kind} workload "
                     f"{uuid}, which no workload row holds", f"/steps/{i}/workloads/{kind}", "unknown-workload")
     return problems
+
+
+def limit_problems(record: dict, *, largest: int | None) -> list[tuple[str, str]]:
+    """(JSON pointer, what is wrong and what was expected) for every size in a trajectory record that would
+    size an allocation beyond what the dataset holds; replay refuses such a record before it allocates.
+
+    - step counts (``request.steps``, ``request.num_inference_steps``, integer scheduler settings whose name
+      says steps, such as ``num_train_timesteps``): at most :data:`MAX_SCHEDULE_STEPS`, or the number of steps
+      the record lists when that is more (a schedule's arrays grow with them);
+    - the noise recipe: a seed the generator takes, at most :data:`~ikdata.core.noise.MAX_DIMS` dimensions a
+      stream, and in all at most :data:`NOISE_FACTOR` times ``largest``: the elements of the largest tensor
+      the trajectory holds (a latent, or a decoded output: a selection may leave a stream's latents out,
+      but the recipe still draws that stream's noise); None: not known, not checked.
+    """
+    from ikdata.core import noise as noise_mod
+
+    found: list[tuple[str, str]] = []
+    steps = record.get("steps") if isinstance(record.get("steps"), list) else []
+    cap = max(MAX_SCHEDULE_STEPS, len(steps))
+    counts = [(f"/request/{name}", f"request.{name}", value) for name, value in (record.get("request") or {}).items()
+              if name in ("steps", "num_inference_steps")]
+    config = (record.get("scheduler") or {}).get("config")
+    counts += [(f"/scheduler/config/{name}", f"scheduler setting {name}", value)
+               for name, value in (config.items() if isinstance(config, dict) else ()) if "step" in name.lower()]
+    for pointer, what, value in counts:
+        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            found.append((pointer, f"{what} is {value}; expected at most {cap:,} (no schedule takes more, and the "
+                                   f"trajectory lists {len(steps)} step(s))"))
+    noise = record.get("noise") if isinstance(record.get("noise"), dict) else {}
+    if noise.get("seed") is not None:
+        refusal = noise_mod.seed_refusal(noise["seed"])
+        if refusal is not None:
+            found.append(("/noise/seed", f"noise {refusal}"))
+    total = 0
+    for i, stream in enumerate(noise.get("streams") or []):
+        shape = stream.get("shape") if isinstance(stream, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            continue  # the schema names it
+        if len(shape) > noise_mod.MAX_DIMS:
+            found.append((f"/noise/streams/{i}/shape", f"noise stream shape has {len(shape)} dimensions; expected at "
+                                                        f"most {noise_mod.MAX_DIMS}"))
+            continue
+        total += math.prod(shape)
+    if largest is not None and total > NOISE_FACTOR * max(largest, 1):
+        held = f"the {largest:,} of the largest tensor the trajectory holds" if largest else \
+            "the elements of the largest tensor the trajectory holds, and it holds none that can be read"
+        found.append(("/noise/streams", f"the noise streams hold {total:,} elements; expected at most {NOISE_FACTOR} "
+                                        f"times {held}"))
+    return found
+
+
+def descriptor_elements(record: dict) -> int | None:
+    """The elements of the largest tensor a trajectory names (a step's x, out or x_next, a final latent, a
+    decoded output) by the shapes its descriptors give (validate checks those against the blobs), or None
+    when none gives one."""
+    shapes = [d.get("shape") for step in record.get("steps") or [] if isinstance(step, dict)
+              for d in (step.get(n) for n in TENSOR_FIELDS) if isinstance(d, dict)]
+    for section in ("final", "decoded"):
+        value = record.get(section)
+        shapes += [d.get("shape") for d in (value.values() if isinstance(value, dict) else ()) if isinstance(d, dict)]
+    sizes = [math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(v, int) for v in s)]
+    return max(sizes) if sizes else None
 
 
 def _digest(ref: dict) -> str | None:
@@ -190,16 +259,17 @@ def _step_of(record: dict, pointer: str) -> str:
     return f" ({parts[1]} of stream {parts[2]!r})" if len(parts) > 2 else ""
 
 
-__all__ = ["TRAJECTORIES_DIR", "TENSOR_FIELDS", "Trajectory", "TrajectorySet", "trajectory_relpath", "trajectory_id",
-           "referenced_paths",
-           "files", "read_all", "find", "check"]
+__all__ = ["TRAJECTORIES_DIR", "TENSOR_FIELDS", "MAX_SCHEDULE_STEPS", "NOISE_FACTOR", "Trajectory", "TrajectorySet",
+           "trajectory_relpath", "trajectory_id", "referenced_paths", "files", "read_all", "find", "check",
+           "limit_problems", "descriptor_elements"]
 
 
 def referenced_paths(root: str | Path) -> tuple[list[str], list[Problem]]:
     """Every blob path the trajectories and the stored model records of a dataset name, once per use,
     and the unreadable lines met: what gc keeps, what a pull fetches, what stats counts, beside the
     rows and receipts."""
-    from ikdata.core.models import MODELS_DIR, model_relpath
+    from ikdata.core.models import MODELS_DIR, read_record
+    from ikdata.core.paths import PathResolver
     from ikdata.core.store import blob_path
 
     root = Path(root)
@@ -212,22 +282,28 @@ def referenced_paths(root: str | Path) -> tuple[list[str], list[Problem]]:
         for _, record in content.records:
             paths += _descriptor_paths(record)
             model = record.get("model") if isinstance(record, dict) else None
-            if isinstance(model, dict) and isinstance(model.get("digest"), str):
-                models.add(model_relpath(model["digest"]))
+            if isinstance(model, dict):
+                models |= {v for v in (model.get("record"), _model_path(model.get("digest"))) if isinstance(v, str)}
     folder = root / MODELS_DIR
     if folder.is_dir():
         models |= {p.relative_to(root).as_posix() for p in folder.glob("*.json")}
+    resolver = PathResolver(root)
     for relative in sorted(models):
-        try:
-            import orjson
-
-            record = orjson.loads((root / relative).read_bytes())
-        except (OSError, ValueError):
-            continue  # validate reports a missing or malformed model record
+        try:  # through the path rule: a record naming a file outside, a link out or a FIFO is never read
+            record = read_record(root, relative, paths=resolver, validate=False).record
+        except (OSError, IkdataError):
+            continue  # validate reports a missing, unsafe or malformed model record
         if isinstance(record, dict) and record.get("stored") and isinstance(record.get("tensors"), dict):
             paths += [blob_path(t["digest"]) for t in record["tensors"].values()
                       if isinstance(t, dict) and isinstance(t.get("digest"), str)]
     return paths, problems
+
+
+def _model_path(digest: Any) -> str | None:
+    from ikdata.core.models import model_relpath
+
+    ok = isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+    return model_relpath(digest) if ok else None
 
 
 def _descriptor_paths(record: Any) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from ikdata.core import models
 from ikdata.core.dataset import Dataset
 from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.paths import UnsafePath
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
 from ikdata.core.trajectories import Trajectory, check, read_all
@@ -57,7 +58,9 @@ def _tensor_uses(traj: Trajectory) -> list[tuple]:
 def _check_model(ds: Dataset, traj: Trajectory, model: dict, uses: list[BlobUse]) -> list[Problem]:
     where = f"{traj.source}"
     try:
-        record = models.read_record(ds.root, model["record"])
+        record = models.read_record(ds.root, model["record"], paths=ds.paths)
+    except UnsafePath as exc:  # never read: outside the dataset, a link out, a FIFO or device, not models/
+        return [exc.problem(where, traj.line, "/model/record")]
     except RecordError as exc:
         return [Problem(where, f"model record {model['record']} cannot be read: {exc}", traj.line, "/model/record",
                         "missing-model")]

@@ -32,7 +32,7 @@ import torch
 from ikdata.core import noise as noise_mod
 from ikdata.core import trajectories as traj_mod
 from ikdata.core import trajectory_verdicts as rules
-from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.errors import IkdataError, RecordError, UsageError
 from ikdata.core.records import Scalar, TensorRef
 from ikdata.core.repeats import first_receipts
 from ikdata.core.store import digest_from_path
@@ -72,6 +72,8 @@ class Settings:
                              "the reference's")
         if self.k < 0 or self.eps < 0:
             raise UsageError("--floor-k and --floor-eps must be >= 0")
+        if self.seed is not None:
+            noise_mod.check_seed(self.seed, option="--seed")
         return self
 
     def clip_for(self, trajectory_id: str) -> str | None:
@@ -192,9 +194,11 @@ class _Context:
         return self._pipeline
 
 
-def _model(ctx: _Context, record: Mapping[str, Any]) -> dict[str, Any]:
+def _model(ctx: _Context, record: Mapping[str, Any], where: str | None = None,
+           line: int | None = None) -> dict[str, Any]:
     """``{"record", "state_dict"}`` of the trajectory's denoiser: the stored tensors (verified), or the
-    reference pipeline's denoiser when its weights have the recorded digest."""
+    reference pipeline's denoiser when its weights have the recorded digest. The model record is read
+    through the path rule (``where``:``line``, the trajectory, locates a refusal)."""
     from ikdata.core import models
 
     summary = record.get("model")
@@ -203,7 +207,12 @@ def _model(ctx: _Context, record: Mapping[str, Any]) -> dict[str, Any]:
                           path=traj_mod.TRAJECTORIES_DIR)
     if summary["digest"] in ctx.models:
         return ctx.models[summary["digest"]]
-    model = models.read_record(ctx.run.ds.root, summary["record"])
+    model = models.read_record(ctx.run.ds.root, summary["record"], paths=ctx.run.ds.paths, where=where, line=line,
+                               pointer="/model/record")
+    if model.digest != summary["digest"]:
+        raise RecordError(f"model record {summary['record']} is model {model.digest[:12]}, the trajectory names "
+                          f"{summary['digest'][:12]}; expected the record of the trajectory's model", path=where,
+                          line=line, pointer="/model/record")
     if model.stored:
         state = {n: ctx.hooks.load_tensor(ctx.run, TensorRef(p), model.source)[0]
                  for n, p in model.blob_paths().items()}
@@ -236,7 +245,9 @@ def judge(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         measures = _measure(ctx, traj)
     except Exception as exc:  # noqa: BLE001 - one trajectory's failure is its case, replay goes on
         settings = ctx.settings
-        case.update(status="error", reason=f"{traj.source}:{traj.line}: {type(exc).__name__}: {exc}",
+        located = isinstance(exc, RecordError) and exc.path == traj.source  # the message names file, line, pointer
+        reason = str(exc) if located else f"{traj.source}:{traj.line}: {type(exc).__name__}: {exc}"
+        case.update(status="error", reason=reason,
                     error=traceback.format_exc(), seconds=time.perf_counter() - started,
                     trajectory={"k": settings.k, "eps": settings.eps, "steps": [], "workloads": workloads,
                                 "attention": {"reference": settings.reference_attention,
@@ -283,6 +294,7 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
                                                              "alt": settings.alt_attention},
         "k": settings.k, "eps": settings.eps, "fallback_tolerance": FALLBACK_TOLERANCE,
         "steps": [], "continuity": [], "noise": {}, "schedule": {}, "decode": None, "level": None, "notes": []}
+    _check_limits(ctx, traj)  # before a schedule, a noise draw or a scheduler is made from the record
     measures["continuity"] = _continuity(ctx, traj)
     measures["noise"] = _noise(ctx, traj)
     expected = int(record["request"]["steps"])
@@ -299,7 +311,7 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     if io is None:
         raise RecordError(f"replay does not know the streams of denoiser {model_class!r}; known: "
                           f"{', '.join(families.STREAMS)}", path=where)
-    model = _model(ctx, record)
+    model = _model(ctx, record, traj.source, traj.line)
     measures["fallback_tolerance"], measures["fallback_from"] = _fallback(ctx, traj)
     steps_by_index: dict[int, dict[str, dict]] = {}
     for step in record["steps"]:
@@ -311,6 +323,73 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
             row["seconds"] = time.perf_counter() - started
         measures["steps"] += rows
     return measures
+
+
+def scheduler_names() -> frozenset[str]:
+    """The scheduler class names diffusers exports (its ``diffusers.schedulers`` module), read without
+    importing them."""
+    import diffusers.schedulers as module
+
+    structure = getattr(module, "_import_structure", None)
+    names = {n for values in structure.values() for n in values} if isinstance(structure, dict) else set(dir(module))
+    return frozenset(n for n in names if n.endswith("Scheduler") and not n.startswith(("Flax", "_")))
+
+
+def scheduler_class(name: object, *, where: str | None = None, line: int | None = None) -> type:
+    """The diffusers scheduler class a record names: one diffusers exports that subclasses SchedulerMixin;
+    no other class is instantiated from a record.
+
+    Raises:
+        RecordError: any other name (a model, a pipeline, anything else), located at ``/scheduler/class``.
+    """
+    import diffusers.schedulers as module
+
+    found = getattr(module, name, None) if isinstance(name, str) and name in scheduler_names() else None
+    base = module.SchedulerMixin
+    if not (isinstance(found, type) and issubclass(found, base) and found is not base):
+        raise RecordError(f"scheduler class {name!r} is not a scheduler diffusers exports; expected a subclass of "
+                          "SchedulerMixin from diffusers.schedulers (e.g. FlowMatchEulerDiscreteScheduler, "
+                          "DDIMScheduler); replay instantiates no other class a record names",
+                          path=where, line=line, pointer="/scheduler/class")
+    return found
+
+
+def _check_limits(ctx: _Context, traj: traj_mod.Trajectory) -> None:
+    """Refuse a trajectory whose step counts, noise shapes or seed would size allocations beyond what the
+    dataset holds (:func:`ikdata.core.trajectories.limit_problems`, against the largest tensor it names,
+    by its blob's header), or whose scheduler class is not a diffusers scheduler.
+
+    Raises:
+        RecordError: naming the trajectory's file, line and JSON pointer, and what was expected.
+    """
+    record = traj.record
+    sizes = [_header_elements(ctx, path) for path in {path for _, path in traj.tensor_paths()}]
+    largest = max((n for n in sizes if n is not None), default=0)  # none readable: no noise is drawn
+    found = traj_mod.limit_problems(record, largest=largest)
+    if found:
+        pointer, message = found[0]
+        more = f" (and {len(found) - 1} more: {', '.join(p for p, _ in found[1:])})" if len(found) > 1 else ""
+        raise RecordError(message + more, path=traj.source, line=traj.line, pointer=pointer)
+    scheduler_class(record["scheduler"]["class"], where=traj.source, line=traj.line)
+
+
+def _header_elements(ctx: _Context, path: str) -> int | None:
+    """The elements of the tensor a blob holds by its header (checked against the file's size) or its
+    pack's index; None when the path is refused or the blob cannot be read (its load names why)."""
+    from ikdata.core.store import read_entries
+
+    ds = ctx.run.ds
+    if ds.paths.refusal(path) is not None:
+        return None
+    try:
+        if (ds.root / path).is_file():
+            shapes = [e.shape for e in read_entries(ds.root / path)]
+        else:
+            packed = ctx.run.store.packed_ref(TensorRef(path))
+            shapes = [packed.shape] if packed is not None else []
+    except (OSError, IkdataError):
+        return None
+    return max((math.prod(shape) for shape in shapes), default=None)
 
 
 def _fallback(ctx: _Context, traj: traj_mod.Trajectory) -> tuple[float, str]:
@@ -387,7 +466,10 @@ def _noise(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if seed is None or not shapes:
         return {s: {"equal": None, "note": "no seed or noise shapes recorded"} for s in record["streams"]}
-    drawn = noise_mod.draw(int(seed), [noise_mod.Stream(n, tuple(shape)) for n, shape in shapes.items()])
+    compared = [s for s in record["streams"] if s in shapes and traj.steps_of(s)[:1]
+                and traj.steps_of(s)[0]["index"] == 0]
+    drawn = noise_mod.draw(int(seed), [noise_mod.Stream(n, tuple(shape)) for n, shape in shapes.items()]) \
+        if compared else {}  # sized by _check_limits; nothing is drawn when no step 0 is there to compare
     for stream in record["streams"]:
         first = traj.steps_of(stream)[:1]
         if not first or first[0]["index"] != 0 or stream not in drawn:
@@ -552,7 +634,7 @@ def blob_paths(ds: Any) -> list[str]:
     for traj in found.trajectories:
         summary = traj.record.get("model") or {}
         try:
-            model = models.read_record(ds.root, summary["record"]) if summary.get("record") else None
+            model = models.read_record(ds.root, summary["record"], paths=ds.paths) if summary.get("record") else None
         except (RecordError, KeyError, TypeError):
             continue  # judging names the problem in the trajectory's case
         if model is not None and model.stored:
@@ -684,4 +766,5 @@ def _decode(ctx: _Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> d
     return case
 
 
-__all__ = ["PREFIX", "RunnerHooks", "Settings", "is_denoiser", "is_trajectory_case", "judge", "judge_all", "load_pipeline"]
+__all__ = ["PREFIX", "RunnerHooks", "Settings", "is_denoiser", "is_trajectory_case", "judge", "judge_all",
+           "load_pipeline", "scheduler_class", "scheduler_names"]
