@@ -37,6 +37,8 @@ def open_dataset(path: Path | str, definitions: list[Path] | None, *, ctx: typer
 
 
 def _is_folder_remote(path: Path) -> bool:
-    """A folder ``ikdata push`` wrote (files stored by digest under ``files/sha256/``), not a dataset."""
-    return (path / "ikdata.json").is_file() and (path / "files" / "sha256").is_dir() \
-        and not (path / "workloads").exists() and not (path / "receipts.jsonl").exists()
+    """A folder ``ikdata push`` wrote (its marker, or files stored by digest under ``files/sha256/``), not a
+    dataset (:func:`ikdata.core.locking.remote_folder`, the rule every writer refuses by)."""
+    from ikdata.core.locking import remote_folder
+
+    return remote_folder(path) is not None

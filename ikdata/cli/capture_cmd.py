@@ -58,7 +58,9 @@ def capture(
     """Run CMD with capture on in it and every Python process it starts; commit and summarise."""
     from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
     from ikdata.capture.runner import run_capture
+    from ikdata.core.locking import refuse_remote
 
+    refuse_remote(into)  # before the program starts: its hooks would only fail one by one
     provenance = {k: v for k, v in (("engine", engine), ("model", model), ("model_revision", model_revision)) if v}
     config = CaptureConfig(
         into=str(into), definitions=tuple(str(d) for d in definitions or ()), only=_split(only),

@@ -60,9 +60,19 @@ def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_defau
     if result.merged:
         out.info(f"merged remote dataset(s) {', '.join(m[:12] for m in result.merged)} into {path} first")
     verdict = "published" if result.published else "already up to date"
+    if result.repaired:
+        shown = ", ".join(result.repaired[:3]) + (" ..." if len(result.repaired) > 3 else "")
+        out.info(f"{url}: held {len(result.repaired)} damaged or missing object(s) its manifest names ({shown}); "
+                 "sent them again")
+        verdict = "repaired" if not result.published else verdict
+    how = ", ".join(f"{n} {method}" for method, n in result.checked.items() if method != "size")
     out.info(f"{url}: {verdict} (id {result.dataset_id[:12]}) — sent {result.blobs_sent} blobs "
              f"({out.human_bytes(result.bytes_sent)}) and {result.files_sent} files; "
-             f"{result.blobs_present} blobs were already there")
+             f"{result.blobs_present} blobs were already there; remote objects relied on: "
+             f"{result.objects_checked} checked ({how or 'none'}), {len(result.trusted_by_size)} trusted by size only")
+    if result.trusted_by_size:
+        out.info(f"{url}: this backend cannot check those {len(result.trusted_by_size)} object(s) cheaply; "
+                 f"'ikdata validate --deep {url}' rehashes what the remote holds")
 
 
 @app.command(epilog=PULL_EXAMPLES)

@@ -81,6 +81,10 @@ def replay_command(
     from ikdata.replay.runner import replay
 
     o = out.Output(json=json_, quiet=quiet)
+    if not is_url(path):
+        from ikdata.core.locking import refuse_remote
+
+        refuse_remote(path)  # a replay writes its report and the manifest into the folder
     cluster = None
     if ray is not None:
         from ikdata.replay.distributed import replay_on_ray

@@ -33,7 +33,7 @@ from ikdata.core import jsonl, manifest
 from ikdata.core.dataset import IKDATA, RECEIPTS, Dataset, detect_layout
 from ikdata.core.digest import line_prefix_digests
 from ikdata.core.errors import RecordError, UsageError
-from ikdata.core.locking import dataset_lock
+from ikdata.core.locking import dataset_lock, refuse_remote
 from ikdata.core.store import write_atomic
 
 GC_MARKER = ".ikdata-gc.json"
@@ -49,6 +49,7 @@ def init_dataset(path: str | os.PathLike, *, name: str | None = None, descriptio
         UsageError: the folder exists and is not empty, or cannot be created.
     """
     root = Path(path)
+    refuse_remote(root)  # before any folder is made in it
     if root.exists() and any(p.name != ".ikdata.lock" for p in root.iterdir()) and not (root / manifest.MANIFEST).exists():
         raise UsageError(f"{root}: folder exists and is not an ikdata dataset; choose an empty folder")
     try:

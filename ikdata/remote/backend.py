@@ -20,14 +20,15 @@ import fcntl
 import hashlib
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import orjson
 
 from ikdata.core import schema
-from ikdata.core.errors import RemoteError
+from ikdata.core.errors import RemoteError, UsageError
+from ikdata.core.locking import REMOTE_MARKER, REMOTE_MARKER_FORMAT
 from ikdata.core.paths import record_path_refusal
 from ikdata.core.store import digest_from_path, rehash_files
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload, run_parallel
@@ -59,6 +60,83 @@ class PublishConflict(RemoteError):
     """The remote manifest changed since it was read; the publish did not happen."""
 
 
+LocalBytes = Union[Path, bytes, Callable[[], bytes]]  # a local file, the bytes, or how to read them (a pack)
+
+
+@dataclass(frozen=True)
+class Relied:
+    """A remote object push relies on instead of sending: its remote path and the local bytes it must hold.
+
+    ``blob`` objects are named by their tensor digest, the others (small files) by the sha256 of their bytes.
+    """
+
+    rel: str
+    local: LocalBytes
+    blob: bool = True
+
+
+@dataclass
+class RemoteCheck:
+    """What checking relied-on remote objects found: the damaged ones (to send again), and how each
+    object was checked (``counts``: method -> objects; ``trusted``: those only trusted by their size).
+
+    Methods: ``rehashed`` (folder and file remotes), ``compared`` (memory, byte for byte), ``etag-md5``
+    and ``sha256-checksum`` (S3), ``lfs-sha256`` and ``git-blob-id`` (the Hub), ``size`` (trusted).
+    """
+
+    damaged: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    trusted: list[str] = field(default_factory=list)
+
+    def note(self, rel: str, method: str, ok: bool) -> None:
+        self.counts[method] = self.counts.get(method, 0) + 1
+        if method == "size":
+            self.trusted.append(rel)
+        elif not ok:
+            self.damaged.append(rel)
+
+    def merge(self, other: "RemoteCheck") -> "RemoteCheck":
+        for method, n in other.counts.items():
+            self.counts[method] = self.counts.get(method, 0) + n
+        self.damaged += other.damaged
+        self.trusted += other.trusted
+        return self
+
+
+def local_chunks(local: LocalBytes) -> Iterator[bytes]:
+    """The bytes of a :data:`LocalBytes`, in chunks."""
+    if isinstance(local, bytes):
+        yield local
+    elif isinstance(local, Path):
+        with open(local, "rb") as stream:
+            yield from iter(lambda: stream.read(1 << 20), b"")
+    else:
+        yield local()
+
+
+def local_hash(local: LocalBytes, hasher: Any) -> str:
+    """A transport checksum of local bytes (compared with what a store computed), not a content digest."""
+    for chunk in local_chunks(local):
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def local_size(local: LocalBytes) -> int:
+    if isinstance(local, bytes):
+        return len(local)
+    if isinstance(local, Path):
+        return local.stat().st_size
+    return len(local())
+
+
+def marker_bytes() -> bytes:
+    """The remote marker (:data:`ikdata.core.locking.REMOTE_MARKER`): local writers refuse a folder holding it."""
+    return orjson.dumps({"format": REMOTE_MARKER_FORMAT,
+                         "what": "a remote written by ikdata push (objects named by digest, the manifest last); "
+                                 "local commands do not write here: clone it first (ikdata clone URL DIR)"},
+                        option=orjson.OPT_INDENT_2) + b"\n"
+
+
 class Backend:
     """What push, pull and the read-only views need from a remote."""
 
@@ -67,7 +145,15 @@ class Backend:
         self.url = remote.url
 
     def prepare_push(self) -> None:
-        """Make the remote ready to receive (create a folder or a Hub repo); S3 buckets must exist."""
+        """Make the remote ready to receive (create a folder or a Hub repo); S3 buckets must exist.
+
+        Folder, file and memory remotes get their marker (:func:`marker_bytes`) here, before any object.
+        """
+
+    def marked(self) -> bool:
+        """Whether :meth:`prepare_push` already wrote the remote marker (else push sends it with the
+        first push's blobs, in the same batch)."""
+        return False
 
     def read_manifest(self) -> ManifestState:
         raise NotImplementedError
@@ -87,15 +173,17 @@ class Backend:
     def read(self, rel: str, *, start: int | None = None, end: int | None = None) -> bytes:
         raise NotImplementedError
 
-    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
-        """The remote blobs push relies on whose remote bytes are known not to be right; push sends them again.
+    def check_remote(self, objects: Sequence[Relied], *, jobs: int = DEFAULT_JOBS) -> RemoteCheck:
+        """Check the remote objects push relies on (the listing shows them with the right size); push
+        sends the damaged ones again.
 
-        ``blobs`` are (remote path, local file with the same digest) of blobs the listing shows with
-        the right size. The base class checks nothing more than that size: a backend that cannot
-        tell cheaply (the Hub, other fsspec filesystems) trusts it, and ``ikdata validate --deep
-        URL`` rehashes what it holds.
+        The base class checks nothing more than that size: each object is reported as trusted by
+        size, and ``ikdata validate --deep URL`` rehashes what the remote holds.
         """
-        return []
+        check = RemoteCheck()
+        for item in objects:
+            check.note(item.rel, "size", True)
+        return check
 
     def publish_manifest(self, data: bytes, base: ManifestState) -> None:
         """Write the manifest if the remote one is still ``base``.
@@ -150,6 +238,25 @@ class FsspecBackend(Backend):
     def prepare_push(self) -> None:
         with self._errors("create the remote folder"):
             self.fs.makedirs(self.root, exist_ok=True)
+            if self.remote.protocol not in ("file", "memory"):
+                return
+            marker = self._path(REMOTE_MARKER)
+            if self.fs.exists(marker):
+                return
+            held = [n for n in ("workloads", "definitions", "receipts.jsonl") if self.fs.exists(self._path(n))]
+        if held:  # publishing here would overwrite the dataset's own manifest
+            raise UsageError(f"{self.url}: holds a dataset ({', '.join(held)}), not a remote; push to a new "
+                             "or empty folder, or to one ikdata push wrote")
+        with self._errors("mark the remote folder"):
+            if self.remote.protocol == "file":
+                from ikdata.core.store import write_atomic
+
+                write_atomic(Path(marker), [marker_bytes()])
+            else:
+                self.fs.pipe_file(marker, marker_bytes())
+
+    def marked(self) -> bool:
+        return self.remote.protocol in ("file", "memory")
 
     def read_manifest(self) -> ManifestState:
         with self._errors("read the manifest"):
@@ -177,20 +284,42 @@ class FsspecBackend(Backend):
                 continue
             listed[rel] = int(info.get("size") or 0)
             if info.get("ETag"):
-                self.etags[rel] = str(info["ETag"]).strip('"')  # S3: kept for damaged_blobs, no extra request
+                self.etags[rel] = str(info["ETag"]).strip('"')  # S3: kept for check_remote, no extra request
         return listed
 
-    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
-        """Folder and file remotes rehash each remote blob; memory remotes compare the bytes; other
-        fsspec filesystems trust the size (see :meth:`Backend.damaged_blobs`)."""
+    def check_remote(self, objects: Sequence[Relied], *, jobs: int = DEFAULT_JOBS) -> RemoteCheck:
+        """Folder and file remotes rehash each remote object (a blob by its tensor digest, a small file by
+        its sha256); memory remotes compare the bytes; other fsspec filesystems trust the size (see
+        :meth:`Backend.check_remote`)."""
         if self.remote.protocol == "file":
-            checks = rehash_files([self._path(rel) for rel, _ in blobs], jobs=jobs)
-            return [rel for (rel, _), check in zip(blobs, checks)
-                    if check.error or list(check.digests) != [digest_from_path(rel)]]
+            check = RemoteCheck()
+            blobs = [o for o in objects if o.blob]
+            for item, found in zip(blobs, rehash_files([self._path(o.rel) for o in blobs], jobs=jobs)):
+                check.note(item.rel, "rehashed", not found.error and list(found.digests) == [digest_from_path(item.rel)])
+            files = [o for o in objects if not o.blob]
+            for item, ok in zip(files, run_parallel("check", files, self._file_intact, size_of=lambda o: 0,
+                                                      jobs=jobs)):
+                check.note(item.rel, "rehashed", ok)
+            return check
         if self.remote.protocol == "memory":
-            with self._errors("check remote blobs"):
-                return [rel for rel, local in blobs if self.fs.cat_file(self._path(rel)) != local.read_bytes()]
-        return []
+            check = RemoteCheck()
+            with self._errors("check remote objects"):
+                for item in objects:
+                    check.note(item.rel, "compared",
+                               self.fs.cat_file(self._path(item.rel)) == b"".join(local_chunks(item.local)))
+            return check
+        return super().check_remote(objects, jobs=jobs)
+
+    def _file_intact(self, item: Relied) -> bool:
+        """Whether a small file of a folder remote still has the sha256 its name says."""
+        digest = hashlib.sha256()
+        try:
+            with open(self._path(item.rel), "rb") as stream:
+                for chunk in iter(lambda: stream.read(1 << 20), b""):
+                    digest.update(chunk)
+        except OSError:
+            return False
+        return digest.hexdigest() == item.rel.rsplit("/", 1)[-1]
 
     def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
                progress: ProgressCallback | None = None) -> None:
@@ -288,5 +417,6 @@ def parse_remote_manifest(backend: Backend, data: bytes) -> dict[str, Any]:
     return manifest
 
 
-__all__ = ["Backend", "FsspecBackend", "ManifestState", "PublishConflict", "file_object",
-           "MANIFEST", "parse_remote_manifest", "BLOB_PREFIX", "FILES_PREFIX"]
+__all__ = ["Backend", "FsspecBackend", "ManifestState", "PublishConflict", "Relied", "RemoteCheck", "file_object",
+           "local_chunks", "local_hash", "local_size", "marker_bytes", "MANIFEST", "parse_remote_manifest",
+           "BLOB_PREFIX", "FILES_PREFIX", "REMOTE_MARKER"]

@@ -8,7 +8,7 @@ unchanged, so a concurrent publish makes it fail with 412 instead of mixing.
 Before a push relies on a blob the repository already holds, the tree listing's content
 ids (computed by the Hub from the bytes: the LFS sha256, or the git blob id of a regular
 file) are compared with the local file, so a blob replaced with other bytes of the same
-size is sent again, without one more request.
+size is sent again, without one more request (the small files are checked the same way).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ikdata.core.errors import RemoteError
-from ikdata.remote.backend import MANIFEST, Backend, ManifestState, PublishConflict
+from ikdata.remote.backend import (MANIFEST, Backend, ManifestState, PublishConflict, Relied, RemoteCheck,
+                                   local_hash, local_size)
 from ikdata.remote.transfer import DEFAULT_JOBS, Progress, ProgressCallback, Upload, chunked
 from ikdata.remote.url import RemoteOptions, RemoteURL
 
@@ -154,20 +155,21 @@ class HubBackend(Backend):
             if progress:
                 progress(Progress("upload", done, len(items), done_bytes, total_bytes))
 
-    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
-        """Blobs whose listed content id (LFS sha256, else git blob id) is not the local file's; a blob
-        the listing gave no id for is trusted by size."""
-        damaged = []
-        for rel, local in blobs:
-            blob_id, lfs_sha256 = self.content_ids.get(rel, (None, None))
+    def check_remote(self, objects: Sequence[Relied], *, jobs: int = DEFAULT_JOBS) -> RemoteCheck:
+        """Compare each listed content id (LFS sha256, else git blob id) with the local bytes'; an object the
+        listing gave no id for is trusted by size."""
+        check = RemoteCheck()
+        for item in objects:
+            blob_id, lfs_sha256 = self.content_ids.get(item.rel, (None, None))
             if lfs_sha256:
-                if _file_hash(local, hashlib.sha256()) != lfs_sha256:
-                    damaged.append(rel)
+                check.note(item.rel, "lfs-sha256", local_hash(item.local, hashlib.sha256()) == lfs_sha256)
             elif blob_id:
-                header = f"blob {local.stat().st_size}\0".encode()
-                if _file_hash(local, hashlib.sha1(header, usedforsecurity=False)) != blob_id:
-                    damaged.append(rel)
-        return damaged
+                header = f"blob {local_size(item.local)}\0".encode()
+                check.note(item.rel, "git-blob-id",
+                           local_hash(item.local, hashlib.sha1(header, usedforsecurity=False)) == blob_id)
+            else:
+                check.note(item.rel, "size", True)
+        return check
 
     def fetch(self, rel: str, dest: Path) -> None:
         with self._errors(f"download {rel}"):
@@ -197,14 +199,6 @@ class HubBackend(Backend):
                 if exc.response is not None and exc.response.status_code in (409, 412):
                     raise PublishConflict("the remote manifest changed while pushing", url=self.url) from exc
                 raise
-
-
-def _file_hash(path: Path, hasher: "hashlib._Hash") -> str:
-    """A transport checksum of a local file (compared with what the Hub computed), not a content digest."""
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def _batches(items: Sequence[Upload]) -> Iterator[list[Upload]]:

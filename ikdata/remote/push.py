@@ -1,5 +1,10 @@
 """Push: send what the remote lacks, blobs first, then the small files, and the manifest last.
 
+Every push, even one whose dataset the remote already holds, lists the remote and checks the
+objects it relies on instead of sending (:meth:`~ikdata.remote.backend.Backend.check_remote`): a
+missing object, or one whose bytes the check finds wrong, is sent again, so a push repairs a
+damaged remote. The result says how each object was checked and which were only trusted by size.
+
 The manifest is written with a compare-and-swap against the manifest read at the
 start. A pusher that loses the race re-reads the remote: if the winner's dataset
 is already contained in ours (same files, or rows that are a subset of ours) it
@@ -20,7 +25,8 @@ from typing import Any
 from ikdata.core import manifest as manifest_mod
 from ikdata.core.errors import BlobCorrupted, IkdataError, RemoteError, UsageError
 from ikdata.core.manifest import dataset_id
-from ikdata.remote.backend import BLOB_PREFIX, FILES_PREFIX, Backend, PublishConflict, file_object, parse_remote_manifest
+from ikdata.remote.backend import (BLOB_PREFIX, FILES_PREFIX, REMOTE_MARKER, Backend, LocalBytes, PublishConflict, Relied,
+                                   RemoteCheck, file_object, marker_bytes, parse_remote_manifest)
 from ikdata.remote.connect import open_backend
 from ikdata.core.faults import checkpoint
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload
@@ -39,9 +45,14 @@ class PushResult:
         dataset_id: the id the remote now holds.
         published: False when the remote already held this dataset (nothing new was written).
         blobs_sent / bytes_sent / files_sent: what was uploaded.
-        blobs_present: blobs the remote already had.
+        blobs_present: blobs the remote already had (and passed their check).
         attempts: manifest writes tried (more than 1 after losing a race).
         merged: ids of remote datasets merged into the local one before publishing.
+        checked: how the remote objects push relied on were checked: method -> objects (blobs and
+            small files; see :class:`~ikdata.remote.backend.RemoteCheck` for the methods).
+        trusted_by_size: the relied-on objects the backend could only trust by their size.
+        repaired: remote objects sent again because they were damaged, or missing although the
+            remote's manifest already named them.
     """
 
     url: str
@@ -53,11 +64,21 @@ class PushResult:
     blobs_present: int
     attempts: int
     merged: tuple[str, ...] = field(default_factory=tuple)
+    checked: dict[str, int] = field(default_factory=dict)
+    trusted_by_size: tuple[str, ...] = field(default_factory=tuple)
+    repaired: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def objects_checked(self) -> int:
+        """Relied-on remote objects whose bytes were checked (not only their size)."""
+        return sum(n for method, n in self.checked.items() if method != "size")
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "dataset_id": self.dataset_id, "published": self.published,
                 "blobs_sent": self.blobs_sent, "bytes_sent": self.bytes_sent, "files_sent": self.files_sent,
-                "blobs_present": self.blobs_present, "attempts": self.attempts, "merged": list(self.merged)}
+                "blobs_present": self.blobs_present, "attempts": self.attempts, "merged": list(self.merged),
+                "checked": dict(self.checked), "trusted_by_size": list(self.trusted_by_size),
+                "repaired": list(self.repaired)}
 
 
 @dataclass(frozen=True)
@@ -120,19 +141,14 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
     local = local_snapshot(root)
     merged: list[str] = []
     with open_backend(url, options) as backend:
-        backend.prepare_push()
-        sent = files_sent = bytes_sent = present = 0
+        backend.prepare_push()  # a folder, file or memory remote gets its marker first
+        sent = files_sent = bytes_sent = 0
         for attempt in range(1, MAX_ATTEMPTS + 1):
             base = backend.read_manifest()
             remote_id = None
             if base.data is not None:
                 remote_manifest = parse_remote_manifest(backend, base.data)
                 remote_id = dataset_id(remote_manifest)
-                if remote_id == local.dataset_id:
-                    # The remote already holds this dataset, and a manifest names only what is there
-                    # (it is published last): nothing to send, no listing (DESIGN.md contract 7).
-                    return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, len(local.blobs),
-                                      attempt, tuple(merged))
                 if (remote_id != local.dataset_id and remote_id not in merged
                         and not _contains(local, remote_manifest, remote_id, backend)):
                     if not rebase:
@@ -143,48 +159,83 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
                     merged.append(remote_id)
                     local = local_snapshot(local.root)
                     continue
-            n, nbytes, present = _send_blobs(backend, local, jobs, progress)
-            sent, bytes_sent = sent + n, bytes_sent + nbytes
-            files_sent += _send_files(backend, local, jobs)
+            # Even when the remote holds this very dataset, what it holds is listed and checked: a manifest
+            # names only what was there when it was published, not what a broken store kept since.
+            extra = [] if base.data is not None or backend.marked() else [(REMOTE_MARKER, marker_bytes())]
+            blobs = _send_blobs(backend, local, jobs, progress)
+            files = _send_files(backend, local, jobs, extra)
+            sent, bytes_sent, files_sent = sent + blobs.sent, bytes_sent + blobs.nbytes, files_sent + files.sent
+            check = blobs.check.merge(files.check)
+            repaired = sorted(set(check.damaged) | (set(blobs.missing) | set(files.missing)
+                                                     if remote_id == local.dataset_id else set()))
+            details = {"checked": dict(sorted(check.counts.items())), "trusted_by_size": tuple(check.trusted),
+                       "repaired": tuple(repaired)}
             if remote_id == local.dataset_id:
-                return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, present, attempt,
-                                  tuple(merged))
+                return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, blobs.present, attempt,
+                                  tuple(merged), **details)
             checkpoint("before-manifest")
             try:
                 backend.publish_manifest(local.data, base)
             except PublishConflict:
                 continue
-            return PushResult(url, local.dataset_id, True, sent, bytes_sent, files_sent, present, attempt,
-                              tuple(merged))
+            return PushResult(url, local.dataset_id, True, sent, bytes_sent, files_sent, blobs.present, attempt,
+                              tuple(merged), **details)
     raise RemoteError(f"gave up after {MAX_ATTEMPTS} attempts: other pushers kept changing the remote "
                       "manifest; push again", url=url)
 
 
-def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int,
-                progress: ProgressCallback | None) -> tuple[int, int, int]:
+@dataclass
+class _Sent:
+    """What one pass of sending did: objects sent, the missing ones among them, and the check of the rest."""
+
+    sent: int = 0
+    nbytes: int = 0
+    present: int = 0
+    missing: list[str] = field(default_factory=list)
+    check: RemoteCheck = field(default_factory=RemoteCheck)
+
+
+def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int, progress: ProgressCallback | None) -> _Sent:
     listed = backend.list_objects(BLOB_PREFIX)
-    missing = [(rel, size) for rel, size in sorted(local.blobs.items()) if listed.get(rel) != size]
-    # Blobs the remote already has are relied on, not sent: check them where the backend can say cheaply
+    missing = [rel for rel, size in sorted(local.blobs.items()) if listed.get(rel) != size]
+    # Blobs the remote already has are relied on, not sent: check them as far as the backend can
     # (a flipped byte keeps the size), and send the damaged ones again.
-    relied = [(rel, local.root / rel) for rel, size in sorted(local.blobs.items())
-              if listed.get(rel) == size and (local.root / rel).is_file()]  # packed ones: trusted by size
-    damaged = set(backend.damaged_blobs(relied, jobs=jobs)) if relied else set()
-    missing = sorted(missing + [(rel, local.blobs[rel]) for rel in damaged])
-    packed = _packed_uploads(local, [rel for rel, _ in missing])
-    for rel, _ in missing:
+    relied = [Relied(rel, _local_bytes(local, rel)) for rel, size in sorted(local.blobs.items())
+              if listed.get(rel) == size]
+    check = backend.check_remote(relied, jobs=jobs) if relied else RemoteCheck()
+    resend = sorted(set(missing) | set(check.damaged))
+    packed = _packed_uploads(local, resend)
+    for rel in resend:
         if rel in packed:
             continue  # verified as it was read from its pack
-        check = rehash_file(local.root / rel)
+        found = rehash_file(local.root / rel)
         expected = digest_from_path(rel)
-        if check.error or list(check.digests) != [expected]:
-            found = check.error or f"its tensor digest is {check.digests[0] if check.digests else 'none'}"
-            raise BlobCorrupted(f"{local.root / rel}: does not match its digest {expected} ({found}); nothing "
+        if found.error or list(found.digests) != [expected]:
+            why = found.error or f"its tensor digest is {found.digests[0] if found.digests else 'none'}"
+            raise BlobCorrupted(f"{local.root / rel}: does not match its digest {expected} ({why}); nothing "
                                 f"was published. Run 'ikdata validate --deep {local.root}'", digest=expected,
                                 path=rel)
-    uploads = [packed.get(rel) or Upload(rel, local.root / rel, size) for rel, size in missing]
+    uploads = [packed.get(rel) or Upload(rel, local.root / rel, local.blobs[rel]) for rel in resend]
     backend.upload(uploads, jobs=jobs, progress=progress)
     checkpoint("blobs-sent")
-    return len(uploads), sum(u.size for u in uploads), len(local.blobs) - len(uploads)
+    return _Sent(len(uploads), sum(u.size for u in uploads), len(local.blobs) - len(uploads), missing, check)
+
+
+def _local_bytes(local: LocalSnapshot, rel: str) -> LocalBytes:
+    """A local blob's bytes as a check reads them: its file, or (packed) its canonical bytes from the pack."""
+    path = local.root / rel
+    if path.is_file():
+        return path
+
+    def from_pack() -> bytes:
+        upload = _packed_uploads(local, [rel]).get(rel)
+        if upload is None:
+            raise BlobCorrupted(f"{path}: is neither a file nor in a pack; run 'ikdata validate {local.root}'",
+                                digest=digest_from_path(rel), path=rel)
+        assert isinstance(upload.source, bytes)
+        return upload.source
+
+    return from_pack
 
 
 def _packed_uploads(local: LocalSnapshot, rels: list[str]) -> dict[str, Upload]:
@@ -205,21 +256,28 @@ def _packed_uploads(local: LocalSnapshot, rels: list[str]) -> dict[str, Upload]:
     return found
 
 
-def _send_files(backend: Backend, local: LocalSnapshot, jobs: int) -> int:
+def _send_files(backend: Backend, local: LocalSnapshot, jobs: int, extra: list[tuple[str, bytes]]) -> _Sent:
+    """Send the small files the remote lacks or holds damaged, with ``extra`` objects (the marker of a
+    first push to S3 or the Hub: in the same batch, so no extra commit)."""
     listed = backend.list_objects(FILES_PREFIX)
-    uploads = []
+    data: dict[str, bytes] = {}
     for path, digest in sorted(local.manifest["files"].items()):
         rel = file_object(digest)
-        if rel in listed:
-            continue
-        data = (local.root / path).read_bytes()
-        if hashlib.sha256(data).hexdigest() != digest:
+        if rel in data:
+            continue  # two dataset paths with the same bytes are one object
+        content = (local.root / path).read_bytes()
+        if hashlib.sha256(content).hexdigest() != digest:
             raise UsageError(f"{local.root / path}: changed while pushing; run 'ikdata manifest {local.root}' "
                              "and push again")
-        uploads.append(Upload(rel, data, len(data)))
-    backend.upload(uploads, jobs=jobs)
+        data[rel] = content
+    missing = [rel for rel in sorted(data) if listed.get(rel) != len(data[rel])]
+    relied = [Relied(rel, content, blob=False) for rel, content in sorted(data.items()) if rel not in missing]
+    check = backend.check_remote(relied, jobs=jobs) if relied else RemoteCheck()
+    resend = sorted(set(missing) | set(check.damaged))
+    backend.upload([Upload(rel, data[rel], len(data[rel])) for rel in resend]
+                   + [Upload(rel, content, len(content)) for rel, content in extra], jobs=jobs)
     checkpoint("files-sent")
-    return len(uploads)
+    return _Sent(len(resend), sum(len(data[rel]) for rel in resend), len(data) - len(resend), missing, check)
 
 
 def _contains(local: LocalSnapshot, remote: dict[str, Any], remote_id: str, backend: Backend) -> bool:

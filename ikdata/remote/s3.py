@@ -5,7 +5,7 @@ the bytes on arrival and keeps their sha256. Before a push relies on a blob the 
 already holds, it compares the listing's ETag (the MD5 of a one-PUT object, computed by
 S3 from the bytes it holds) with the local file; when the ETag is not an MD5 (multipart,
 SSE-KMS) it asks for the stored sha256 with one HEAD. A blob that fails either check, or
-has no checksum to ask for, is sent again.
+has no checksum to ask for, is sent again. The small files are checked the same way.
 
 Errors that users meet (a bucket that does not exist, refused credentials, an
 endpoint that cannot be reached) become :class:`RemoteError` with what to check.
@@ -19,13 +19,13 @@ import errno
 import hashlib
 import os
 import threading
-from pathlib import Path
 from typing import Any, Sequence
 
 from fsspec.asyn import sync
 
 from ikdata.core.errors import RemoteError
-from ikdata.remote.backend import MANIFEST, FsspecBackend, ManifestState, PublishConflict
+from ikdata.remote.backend import (MANIFEST, FsspecBackend, LocalBytes, ManifestState, PublishConflict, Relied,
+                                   RemoteCheck, local_chunks)
 from ikdata.remote.transfer import DEFAULT_JOBS, Upload
 from ikdata.remote.url import RemoteOptions, RemoteURL
 
@@ -113,20 +113,24 @@ class S3Backend(FsspecBackend):
         sync(self.fs.loop, self.fs.set_session)
         sync(self.fs.loop, put)
 
-    def damaged_blobs(self, blobs: Sequence[tuple[str, Path]], *, jobs: int = DEFAULT_JOBS) -> list[str]:
-        """Blobs whose listed ETag is not the MD5 of the local file and whose stored sha256 (one HEAD) is not
-        the local file's either (see the module doc)."""
+    def check_remote(self, objects: Sequence[Relied], *, jobs: int = DEFAULT_JOBS) -> RemoteCheck:
+        """Compare each listed ETag with the MD5 of the local bytes; where they differ (or the ETag is not
+        an MD5), ask for the sha256 stored at upload with one HEAD; an object without one is damaged
+        (sent again, this time with its checksum). A multipart object (over 5 GiB) whose ETag is not
+        an MD5 has no whole-object checksum to ask for: trusted by size (see the module doc)."""
+        check = RemoteCheck()
         ask = []
-        for rel, local in blobs:
-            md5, sha256 = _local_digests(local)
-            etag = self.etags.get(rel, "")
+        for item in objects:
+            md5, sha256, size = _local_digests(item.local)
+            etag = self.etags.get(item.rel, "")
             if etag == md5:
-                continue
-            if local.stat().st_size > SINGLE_PUT_BYTES and "-" in etag:
-                continue  # multipart: no whole-object checksum to ask for; trusted by size
-            ask.append((rel, sha256))
+                check.note(item.rel, "etag-md5", True)
+            elif size > SINGLE_PUT_BYTES and "-" in etag:
+                check.note(item.rel, "size", True)
+            else:
+                ask.append((item.rel, sha256))
         if not ask:
-            return []
+            return check
 
         async def checksum(rel: str, gate: asyncio.Semaphore) -> str | None:
             async with gate:
@@ -138,10 +142,12 @@ class S3Backend(FsspecBackend):
             gate = asyncio.Semaphore(max(1, jobs))
             return list(await asyncio.gather(*(checksum(rel, gate) for rel, _ in ask)))
 
-        with self._errors("check remote blobs"):
+        with self._errors("check remote objects"):
             sync(self.fs.loop, self.fs.set_session)
             found = sync(self.fs.loop, all_checksums)
-        return [rel for (rel, sha256), remote in zip(ask, found) if remote != sha256]
+        for (rel, sha256), remote in zip(ask, found):
+            check.note(rel, "sha256-checksum", remote == sha256)
+        return check
 
     def read_manifest(self) -> ManifestState:
         async def get() -> ManifestState:
@@ -191,15 +197,15 @@ class S3Backend(FsspecBackend):
                 raise
 
 
-def _local_digests(path: Path) -> tuple[str, str]:
-    """MD5 (hex, as an ETag) and sha256 (base64, as S3's ChecksumSHA256) of a local file: transport
+def _local_digests(local: LocalBytes) -> tuple[str, str, int]:
+    """MD5 (hex, as an ETag), sha256 (base64, as S3's ChecksumSHA256) and size of local bytes: transport
     checksums compared with what S3 computed, not content digests."""
-    md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            md5.update(chunk)
-            sha256.update(chunk)
-    return md5.hexdigest(), base64.b64encode(sha256.digest()).decode()
+    md5, sha256, size = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0
+    for chunk in local_chunks(local):
+        md5.update(chunk)
+        sha256.update(chunk)
+        size += len(chunk)
+    return md5.hexdigest(), base64.b64encode(sha256.digest()).decode(), size
 
 
 def _root(exc: BaseException) -> BaseException:

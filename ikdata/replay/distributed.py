@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from ikdata.core.records import TensorRef
 DEFAULT_TASK_SIZE = 64
 DEFAULT_CACHE_BYTES = 4 << 30
 MAX_WORKER_DEATHS = 2  # a case alone in a task whose worker died this many times is an error
+CONNECT_TIMEOUT = 3.0  # seconds to wait for a cluster address to answer (IKDATA_RAY_CONNECT_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -79,13 +81,67 @@ def require_ray():
     return ray
 
 
+def probe(address: str | None) -> None:
+    """Check that something answers at a cluster address before Ray is asked to join it (Ray itself retries
+    an unreachable address for minutes): one TCP connect with a short timeout.
+
+    Raises:
+        UsageError: the address is malformed, or nothing answers there within the timeout.
+    """
+    if address in (None, "", "local"):
+        return
+    target: str | None = address
+    if address == "auto":  # the running cluster Ray would join: RAY_ADDRESS, else the last 'ray start' here
+        target = os.environ.get("RAY_ADDRESS") or _last_started()
+        if not target or target == "auto":
+            return  # Ray says at once that no cluster runs
+    assert target is not None
+    bare = target.split("://", 1)[1] if "://" in target else target
+    host, sep, port = bare.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--ray {address}: expected local, auto, HOST:PORT or ray://HOST:PORT (got {target!r})")
+    timeout = _connect_timeout()
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise UsageError(f"--ray {address}: no Ray cluster answers at {host}:{port} ({reason} within {timeout:g} s), "
+                         "so nothing was replayed and no report was written; start one there ('ray start --head "
+                         f"--port {port}'), check the address, or use --ray local") from None
+
+
+def _connect_timeout() -> float:
+    text = os.environ.get("IKDATA_RAY_CONNECT_TIMEOUT")
+    try:
+        value = float(text) if text else CONNECT_TIMEOUT
+    except ValueError:
+        raise UsageError(f"IKDATA_RAY_CONNECT_TIMEOUT={text!r}: expected a number of seconds") from None
+    return value if value > 0 else CONNECT_TIMEOUT
+
+
+def _last_started() -> str | None:
+    """The address of the cluster the last 'ray start' on this machine recorded, if any."""
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        return find_bootstrap_address(None)
+    except Exception:  # noqa: BLE001  a private helper: without it, Ray decides
+        return None
+
+
 @contextlib.contextmanager
 def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[ClusterInfo]:
-    """Join the cluster at ``address`` ("auto" for a running one) or start a local one (None or "local")."""
+    """Join the cluster at ``address`` ("auto" for a running one) or start a local one (None or "local").
+
+    An address that does not answer is refused within seconds (:func:`probe`).
+    """
     ray = require_ray()
     started = time.perf_counter()
     owned = not ray.is_initialized()
     if owned:
+        probe(address)
         kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
         if address in (None, "", "local"):
             kwargs.update(num_cpus=num_cpus)
@@ -183,10 +239,15 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
     """Replay a dataset folder or URL on Ray; returns the :class:`~ikdata.replay.runner.ReplayResult`
     (the same report a local replay writes) and what the cluster did.
 
+    The cluster is joined (or started) before the report is opened, so a run that cannot start
+    leaves an existing report as it was.
+
     Raises:
-        UsageError: Ray is not installed, the cluster cannot be reached, or a URL without ``report_path``.
+        UsageError: Ray is not installed, the cluster cannot be reached, a URL without ``report_path``,
+            or a folder that is a remote (``ikdata push`` writes it; replay it as a URL, or clone it).
     """
     from ikdata.core.dataset import Dataset
+    from ikdata.core.locking import refuse_remote
     from ikdata.remote.url import is_url
     from ikdata.judging import families
     from ikdata.replay import runner
@@ -196,6 +257,8 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
     remote = is_url(location)
     if remote and report_path is None:
         raise UsageError(f"{location}: a replay of a URL writes its report locally; name it with --report PATH")
+    if not remote:
+        refuse_remote(location)  # its report and manifest would be written into the remote
     folders = tuple(str(f) for f in definition_folders)
     with contextlib.ExitStack() as stack:
         if remote:
@@ -205,6 +268,7 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
         else:
             ds = Dataset.open(location, definitions=folders)
             location = str(Path(location).resolve())
+        info = stack.enter_context(connect(address, num_cpus=num_cpus))  # before the report is touched
         run, rows, seen_problems = runner._start(ds, device=device, definitions=definitions, shard=None,
                                                  resume=resume, report_path=report_path, trust=trust, reuse=reuse,
                                                  cache_path=cache_path)
@@ -235,9 +299,8 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
             trusted = tuple(sorted(set(trust) | {d.digest for d in ds.definitions.values()
                                                  if d.name in run.references}))
             source = Source(location, remote, folders, trusted, device, cache_bytes)
-            with connect(address, num_cpus=num_cpus) as info:
-                if to_send:
-                    run_tasks(source, plan_tasks(to_send, task_size), on_case=record, info=info)
+            if to_send:
+                run_tasks(source, plan_tasks(to_send, task_size), on_case=record, info=info)
             # what spans cases (pooled sampling tests, trajectories) is decided here, as a local run does
             if remote and not definitions:
                 _fetch_for_families(ds, location, cache_bytes)
@@ -347,5 +410,5 @@ def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[d
     return cases, fetched
 
 
-__all__ = ["ClusterInfo", "DEFAULT_TASK_SIZE", "Source", "connect", "needed_blobs", "plan_tasks", "replay_on_ray",
-           "require_ray", "run_tasks"]
+__all__ = ["ClusterInfo", "CONNECT_TIMEOUT", "DEFAULT_TASK_SIZE", "Source", "connect", "needed_blobs", "plan_tasks",
+           "probe", "replay_on_ray", "require_ray", "run_tasks"]

@@ -116,7 +116,10 @@ def test_noop_push_of_a_packed_dataset_to_s3_reads_the_manifest_and_stops(make_i
     again = push(root, url)
     assert not again.published
     assert not [r for r in s3_requests if r.startswith(("PUT", "POST"))]
-    assert len(s3_requests) == 2, s3_requests  # the bucket check and the manifest read
+    # the bucket check, the manifest read, and one listing per prefix whose ETags check the packed blobs
+    # (read from their packs) and the files (issue 21, finding 5)
+    assert len(s3_requests) == 4, s3_requests
+    assert set(again.checked) == {"etag-md5"} and not again.trusted_by_size
 
 
 def test_pull_takes_blobs_the_local_dataset_holds_packed_from_its_packs(make_ikdata_dataset, tmp_path, s3_requests):

@@ -69,9 +69,12 @@ def test_hub_push_uses_few_commits_and_pages_through_the_tree(hub_env, make_data
     blobs2 = len(list((root2 / "blob").rglob("*.safetensors")))
     assert hub_env.commit_count("test-org/batched-small") == -(-blobs2 // 4) + 2
 
-    tree_before = hub_env.requests["tree"]
+    tree_before, commits_before = hub_env.requests["tree"], hub_env.commit_count("test-org/batched")
     again = push(root, url)
-    assert not again.published and hub_env.requests["tree"] == tree_before  # a no-op push lists nothing (issue 15)
+    # a no-op push commits nothing, but lists and checks what it relies on (issue 21, finding 5)
+    assert not again.published and hub_env.commit_count("test-org/batched") == commits_before
+    assert again.checked == {"git-blob-id": again.blobs_present + len(manifest.read(root)["files"])}
+    tree_before = hub_env.requests["tree"]
     copy = clone(url, tmp_path / "copy")
     assert hub_env.requests["tree"] - tree_before >= 2  # clone's listing followed the pages
     assert copy.dataset_id == manifest.current_id(root)
@@ -94,5 +97,7 @@ def test_s3_noop_push_lists_once_and_sends_nothing(s3_env, make_dataset, s3_requ
     lists = [r for r in s3_requests if "list-type=2" in r]
     writes = [r for r in s3_requests if r.startswith(("PUT", "POST"))]
     assert writes == []
-    assert lists == []  # the remote manifest is this dataset's: nothing is missing (issue 15)
-    assert len(s3_requests) == 2, s3_requests  # the bucket check and the manifest read
+    # the remote manifest is this dataset's, yet what it names is listed (one listing per prefix) and
+    # checked against the listing's ETags, with no request per object (issue 21, finding 5)
+    assert len(lists) == 2 and again.checked == {"etag-md5": again.blobs_present + 3}
+    assert len(s3_requests) == 4, s3_requests  # the bucket check, the manifest read and the two listings
