@@ -9,6 +9,7 @@ it ends) and returns what was captured per definition.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import shutil
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 import orjson
 
 from ikdata.capture.config import ENV, CaptureConfig
-from ikdata.core.errors import UsageError
+from ikdata.core.errors import FileSystemError, UsageError
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,11 @@ def prepare(config: CaptureConfig) -> CaptureConfig:
         probe = tempfile.NamedTemporaryFile(dir=root, prefix=".tmp-probe-")
         probe.close()
     except OSError as exc:
-        raise UsageError(f"--into {root}: cannot write there ({exc.strerror or exc}); choose a writable folder") from exc
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST, errno.ENOENT):  # the path itself cannot be a folder
+            raise UsageError(f"--into {root}: cannot write there ({exc.strerror or exc}); choose a writable "
+                             "folder") from exc
+        # the OS said no (read-only, full, permission): a problem, exit 1, as every such refusal (docs/validate.md)
+        raise FileSystemError(exc, operation="write into the --into folder", filename=root) from exc
     user = {}
     for folder in config.definitions:
         if not Path(folder).is_dir():

@@ -37,7 +37,7 @@ def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dat
 def validate(ctx: typer.Context, path: DatasetOrUrlArg,
              deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
              definitions: DefinitionsOpt = None, json_: JsonOpt = False,
-             jobs: Annotated[Optional[int], typer.Option("--jobs", help="Threads for blob checks.")] = None,
+             jobs: Annotated[Optional[int], typer.Option("--jobs", min=1, help="Threads for blob checks.")] = None,
              quiet: QuietOpt = False) -> None:
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
     from ikdata.ops.validate import validate as run_validate

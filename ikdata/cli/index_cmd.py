@@ -20,21 +20,24 @@ def index(path: DatasetArg, json_: JsonOpt = False,
     Exit 1 when the index's place holds a link, a special file or a database that is not an
     ikdata index (left untouched), or when a row file is refused by the path rule (not indexed).
     """
+    import os
     import sqlite3
 
     from ikdata.core.dataset import Dataset
-    from ikdata.core.errors import UsageError
-    from ikdata.core.index import open_index, record_files
+    from ikdata.core.errors import FileSystemError, IkdataError, UsageError
+    from ikdata.core.index import INDEX_FILE, open_index, record_files
 
     if not (path / "workloads").is_dir():
         raise UsageError(f"{path}: not an ikdata dataset (no workloads/ folder)")
     ds = Dataset.open(path)
     try:
         opened, result = open_index(path, rebuild=not refresh, files=record_files(ds))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write the index ({exc.strerror}); lookups will scan the files") from exc
+    except OSError as exc:  # the OS said no (read-only, full): a problem, exit 1, like every such refusal
+        named = exc.filename if exc.filename and ".tmp-" not in os.fspath(exc.filename) else path / INDEX_FILE
+        raise FileSystemError(exc, operation="write the index (lookups will scan the files)", filename=named) from exc
     except sqlite3.Error as exc:  # a full disk or a broken file system, as SQLite says it
-        raise UsageError(f"{path}: cannot write the index ({exc}); lookups will scan the files") from exc
+        raise IkdataError(f"{path}: cannot write the index ({exc}); free some space or use a writable "
+                          "folder; lookups will scan the files meanwhile") from exc
     with opened:
         counts = opened.counts()
     document = {"path": str(path), "rows": sum(counts.values()), "definitions": len(counts),

@@ -80,6 +80,9 @@ def replay_command(
     from ikdata.remote.url import is_url
     from ikdata.replay.runner import replay
 
+    from ikdata.core.trust import check_digests
+
+    trust = list(check_digests(trust))  # a short or mistyped digest would trust nothing, silently
     o = out.Output(json=json_, quiet=quiet)
     if not is_url(path):
         from ikdata.core.locking import refuse_remote

@@ -5,7 +5,8 @@ while holding ``flock(LOCK_EX)``, so lines from several processes never
 interleave. If a crashed writer left a torn last line, the next append first
 ends it with a newline so the torn bytes stay one bad line and never swallow a
 good one. Readers take a shared lock, parse every line, and report malformed or
-torn lines as problems with their file and line.
+torn lines as problems with their file and line. Every open refuses a FIFO, a device or a
+socket before reading (:func:`ikdata.core.paths.open_regular`): a read there could block forever.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Iterable, Iterator
 import orjson
 
 from ikdata.core.errors import FileSystemError
+from ikdata.core.paths import open_regular
 from ikdata.core.problems import Problem
 
 
@@ -50,7 +52,7 @@ def append(path: str | os.PathLike, records: Iterable[Any], *, fsync: bool = Tru
 def _append(path: Path, payload: bytes, *, fsync: bool) -> tuple[int, int]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
@@ -75,7 +77,7 @@ def truncate_tail(path: str | os.PathLike, start: int, end: int) -> bool:
 
     Returns False (and changes nothing) when the file no longer ends at ``end``.
     """
-    fd = os.open(path, os.O_RDWR)
+    fd = open_regular(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if os.fstat(fd).st_size != end:
@@ -97,8 +99,12 @@ class JsonlContent:
 
 
 def read_bytes_locked(path: str | os.PathLike) -> bytes:
-    """The file's bytes, read under a shared lock so no append is half-seen."""
-    with open(path, "rb") as stream:
+    """The file's bytes, read under a shared lock so no append is half-seen.
+
+    Raises:
+        FileSystemError: a FIFO, a device or a socket (refused before any read).
+    """
+    with open(open_regular(path), "rb") as stream:
         fcntl.flock(stream.fileno(), fcntl.LOCK_SH)
         return stream.read()
 
@@ -204,7 +210,7 @@ def repair(path: str | os.PathLike) -> RepairResult:
     from ikdata.core.store import write_atomic
 
     path = Path(path)
-    fd = os.open(path, os.O_RDWR)
+    fd = open_regular(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         data = os.pread(fd, os.fstat(fd).st_size, 0)

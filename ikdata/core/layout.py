@@ -11,7 +11,8 @@
 5. the manifest, the commit marker, is rolled forward when the files differ from it only as
    writers change them: lines appended to JSONL files (a capture whose commit never ran), new
    definition, workload and report files, reports rewritten (replay), blobs added or collected.
-   A listed file rewritten or deleted otherwise is nobody's unfinished work: repair leaves the
+   A listed file rewritten or deleted otherwise, or a blob set that lost blobs (without gc's
+   marker) or holds a rewritten or swapped blob, is nobody's unfinished work: repair leaves the
    manifest alone and says why, so ``validate`` keeps showing the change (``ikdata manifest DIR``
    accepts it when it was meant).
 
@@ -20,6 +21,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -32,7 +34,7 @@ import orjson
 from ikdata.core import jsonl, manifest
 from ikdata.core.dataset import IKDATA, RECEIPTS, Dataset, detect_layout
 from ikdata.core.digest import line_prefix_digests
-from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.errors import FileSystemError, ProblemsFound, RecordError, UsageError
 from ikdata.core.locking import dataset_lock, refuse_remote
 from ikdata.core.store import write_atomic
 
@@ -56,7 +58,10 @@ def init_dataset(path: str | os.PathLike, *, name: str | None = None, descriptio
         for sub in ("definitions", "workloads", "blob/sha256"):
             (root / sub).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"{root}: cannot create the dataset: {exc.strerror}") from exc
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):  # the path itself cannot be a folder
+            raise UsageError(f"{root}: cannot create the dataset: {exc.strerror}") from exc
+        # the OS said no (read-only, full, permission): a problem, exit 1, as every such refusal (docs/validate.md)
+        raise FileSystemError(exc, operation="create the dataset") from exc
     with dataset_lock(root, exclusive=True):
         return manifest.write(root, name=name, description=description)
 
@@ -185,7 +190,10 @@ def manifest_state(root: str | os.PathLike) -> ManifestState:
     if old is None:
         has_content = bool(manifest.tracked_files(root)) or any(True for _ in Dataset(root, IKDATA).store.iter_blobs())
         return ManifestState(detect_layout(root) == IKDATA and has_content)
-    actual = manifest.build(root)
+    try:
+        actual = manifest.build(root)
+    except ProblemsFound as exc:  # a link out of the dataset or a special file: never listed by repair
+        return ManifestState(True, tuple(str(p) for p in exc.problems))
     if all(actual[k] == old.get(k) for k in ("files", "blobs", "counts")):
         return ManifestState(False)
     refusals = []
@@ -196,7 +204,32 @@ def manifest_state(root: str | os.PathLike) -> ManifestState:
             refusals.append(f"{path} is listed in {manifest.MANIFEST} but gone")
         elif not (path.endswith(".jsonl") and _grew_from(root / path, digest)):
             refusals.append(f"{path} was changed, not only appended to, since the manifest was written")
+    blobs = _blob_set_refusal(root, old["blobs"], actual["blobs"])
+    if blobs:
+        refusals.append(blobs)
     return ManifestState(True, tuple(refusals))
+
+
+def _blob_set_refusal(root: Path, recorded: dict, actual: dict) -> str | None:
+    """Why the blob set changed in a way no writer changes it, or None. Writers add blobs (capture,
+    pull, import); gc deletes them with its marker in place; packing keeps the set as it is. A blob
+    lost without that marker, or rewritten or swapped in place, is not a writer's unfinished work."""
+    if recorded == actual or (root / GC_MARKER).is_file():
+        return None
+    count = actual["count"] - recorded.get("count", 0)
+    size = actual["bytes"] - recorded.get("bytes", 0)
+    if count > 0 and size > 0:
+        return None
+    if count < 0:
+        what = f"{-count} blob(s) fewer than recorded, and no gc was interrupted: blobs were lost or deleted"
+    elif count == 0 and size:
+        what = f"as many blobs as recorded but {size:+d} bytes: a blob was rewritten"
+    elif count == 0:
+        what = "as many blobs and bytes as recorded but other names: blobs were swapped"
+    else:
+        what = f"{count} blob(s) more than recorded but {size:+d} bytes: a blob was rewritten"
+    return (f"the blob set changed in a way no writer changes it ({what}); if that was meant, run "
+            f"'ikdata manifest {root}'; if not, restore the blobs ('ikdata validate --deep {root}' names them)")
 
 
 def _grew_from(path: Path, digest: str) -> bool:

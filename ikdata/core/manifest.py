@@ -3,6 +3,11 @@
 It lists the digest of every definition, workload, receipt and report file and
 the digest of the blob set; its own canonical digest is the dataset id, and
 ``parents`` names the ids merged into it. Written last, atomically.
+
+Only regular files inside the dataset are described (DESIGN.md contract 3, by
+:mod:`ikdata.core.paths`): a record file or a blob that is a link leaving the dataset, or a
+FIFO, a device or a socket, is a located problem and the manifest is not written, so push
+(which publishes what the manifest lists) never sends a byte from outside the dataset.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import orjson
 
 from ikdata.core import schema
 from ikdata.core.digest import canonical_json, record_digest
-from ikdata.core.errors import RecordError
+from ikdata.core.errors import ProblemsFound, RecordError
+from ikdata.core.paths import PathResolver, open_regular, special_kind
 from ikdata.core.problems import Problem
 from ikdata.core.record_kinds import RECORD_FILES, RECORD_TOPS, kind_of
-from ikdata.core.store import BlobStore, write_atomic
+from ikdata.core.store import BLOB_DIR, BlobStore, write_atomic
 
 FORMAT = "ikdata/1"
 MANIFEST = "ikdata.json"
@@ -30,41 +36,117 @@ TRACKED_FILES = RECORD_FILES
 
 
 def tracked_files(root: Path) -> list[str]:
-    """Every file the manifest lists, as sorted dataset-relative paths."""
-    found = [f for f in TRACKED_FILES if (root / f).is_file()]
+    """Every file the manifest lists, as sorted dataset-relative paths (refused ones left out: see
+    :func:`scan_files`)."""
+    return scan_files(root)[0]
+
+
+def scan_files(root: Path) -> tuple[list[str], list[Problem]]:
+    """The record files the manifest may list (sorted), and a problem for each one it may not: a
+    link that leaves the dataset, a FIFO, a device or a socket, or a record folder linked outside.
+    Links that stay inside the dataset are followed, as every reader follows them."""
+    root = Path(root)
+    paths = PathResolver(root)
+    found: list[str] = []
+    problems: list[Problem] = []
+
+    def take(path: Path, *, plain: bool) -> None:
+        refusal = None if plain else paths.record_file_refusal(path)
+        if refusal is None:
+            found.append(path.relative_to(root).as_posix())
+        else:
+            problems.append(refusal.problem())
+
+    for name in TRACKED_FILES:
+        path = root / name
+        if path.is_symlink() or path.exists():
+            take(path, plain=False)
     for top in TRACKED_TOP:
         folder = root / top
-        if folder.is_dir():
-            for path in folder.rglob("*"):
-                if path.is_file() and not path.name.startswith(".tmp-") and \
-                        kind_of(path.relative_to(root).as_posix()) is not None:
-                    found.append(path.relative_to(root).as_posix())
-    return sorted(found)
+        if not (folder.is_symlink() or folder.is_dir()):
+            continue
+        refusal = paths.record_file_refusal(folder, folder=True)
+        if refusal is not None:
+            problems.append(refusal.problem())
+            continue
+        stack = [folder]
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    path = Path(entry.path)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(path)
+                    elif entry.name.startswith(".tmp-") or kind_of(path.relative_to(root).as_posix()) is None:
+                        continue
+                    elif entry.is_symlink() and os.path.isdir(path):  # a linked folder: not descended
+                        refusal = paths.record_file_refusal(path, folder=True)
+                        if refusal is not None:
+                            problems.append(refusal.problem())
+                    else:  # a regular file needs no check; a link or a special file does
+                        take(path, plain=entry.is_file(follow_symlinks=False))
+    return sorted(found), problems
 
 
 def _file_digest(path: Path) -> str:
-    with open(path, "rb") as stream:
+    with open(open_regular(path), "rb") as stream:
         return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _count_lines(path: Path) -> int:
-    return sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
+    with open(open_regular(path), "rb") as stream:
+        return sum(1 for line in stream.read().split(b"\n") if line.strip())
 
 
-def blob_set(root: Path) -> dict[str, Any]:
-    """Count, bytes and digest (sha256 over sorted blob paths, one per line) of the stored blobs."""
-    blobs = sorted(BlobStore(root).iter_blobs())
+def blob_set(root: Path, problems: list[Problem] | None = None) -> dict[str, Any]:
+    """Count, bytes and digest (sha256 over sorted blob paths, one per line) of the stored blobs.
+
+    ``problems``: where a FIFO, device or socket under ``blob/``, a blob linked outside the dataset,
+    or a ``blob/`` folder that is such a link, is said; none of them is counted as a blob.
+    """
+    root = Path(root)
+    special: list[str] = []
+    links: list[str] = []
+    blobs = sorted(BlobStore(root).iter_blobs(special=special, links=links))
+    if problems is not None:
+        paths = PathResolver(root)
+        problems += [Problem(rel, f"{rel!r} is {_kind(root / rel)}, not a blob; remove it, or put the real blob "
+                             "there", code="unsafe-path") for rel in special]
+        refused = {rel: found for rel in [BLOB_DIR, *links] if (found := paths.refusal(rel)) is not None}
+        problems += [found.problem() for found in refused.values()]
+        blobs = [] if BLOB_DIR in refused else [(rel, size) for rel, size in blobs if rel not in refused]
     digest = hashlib.sha256("".join(p + "\n" for p, _ in blobs).encode()).hexdigest()
     return {"count": len(blobs), "bytes": sum(size for _, size in blobs), "digest": digest}
 
 
+def _kind(path: Path) -> str:
+    try:
+        return special_kind(os.lstat(path).st_mode) or "not a regular file"
+    except OSError:
+        return "a special file"
+
+
 def build(root: str | os.PathLike, *, name: str | None = None, description: str | None = None,
-          parents: list[dict] | None = None) -> dict[str, Any]:
-    """The manifest that describes the files as they are now (parents carried from the old one)."""
+          parents: list[dict] | None = None, problems: list[Problem] | None = None) -> dict[str, Any]:
+    """The manifest that describes the files as they are now (parents carried from the old one).
+
+    Args:
+        problems: where files it may not describe are said (a link out of the dataset, a special
+            file); they are left out. Without it, such a file is an error.
+
+    Raises:
+        ProblemsFound: (without ``problems``) a record file or blob is a link that leaves the dataset,
+            or a FIFO, a device or a socket; every one is named, and nothing is described.
+    """
     root = Path(root)
     old = read(root) or {}
-    files = tracked_files(root)
-    blobs = blob_set(root)
+    files, refused = scan_files(root)
+    blobs = blob_set(root, refused)
+    if problems is not None:
+        problems += refused
+    elif refused:
+        raise ProblemsFound(refused, f"{root}: {len(refused)} file(s) are not regular files inside the dataset, so "
+                            "the manifest cannot describe them (and push would publish what lies elsewhere); "
+                            "remove them or put the real files there, then run the command again")
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "name": name or old.get("name") or root.resolve().name,
@@ -135,8 +217,8 @@ def record_file(root: str | os.PathLike, relative: str) -> str | None:
     path = root / relative
     tracked = relative in TRACKED_FILES or (relative.split("/", 1)[0] in TRACKED_TOP and "/" in relative
                                             and path.suffix in (".json", ".jsonl") and not path.name.startswith(".tmp-"))
-    if not tracked or not path.is_file():
-        return None
+    if not tracked or not path.is_file() or PathResolver(root).record_file_refusal(path) is not None:
+        return None  # a link out of the dataset is never listed: validate names it
     with dataset_lock(root, exclusive=True):
         manifest = read(root)
         if manifest is None:
@@ -160,11 +242,14 @@ def check_manifest(ds: Any) -> list[Problem]:
         return [Problem(MANIFEST, str(exc).split(": ", 1)[-1], code="manifest")]
     if manifest is None:
         return []
-    problems = []
-    actual = build(ds.root)
+    problems: list[Problem] = []
+    actual = build(ds.root, problems=problems)  # files it may not describe: said first, then left out
     rebuild = f"run 'ikdata manifest {shlex.quote(str(ds.root))}'"
     listed, present = manifest["files"], actual["files"]
+    refused = {p.path for p in problems}
     for path in sorted(set(listed) | set(present)):
+        if path not in present and path in refused:
+            continue  # said above: a link out of the dataset or a special file
         if path not in present:
             problems.append(Problem(MANIFEST, f"lists {path}, which does not exist", pointer=f"/files/{path}",
                                     code="manifest"))

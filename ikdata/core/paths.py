@@ -6,22 +6,26 @@ before anything opens it:
 
 - the text: not empty, not absolute (``/``, ``\\``, ``C:``), no backslash, no ``..``,
   and normalised (no ``.`` or empty segment, no trailing ``/``);
-- the file system: once links are followed, the path is still inside the dataset root.
+- the file system: once links are followed, the path is still inside the dataset root, and what
+  it names is a regular file (or a folder), never a FIFO, a device or a socket, whose read
+  could block forever or never end.
 
 :class:`PathResolver` answers both for one root and caches each folder's real path, so
 checking 100,000 blobs that share a few folders costs one ``lstat`` per file. A refusal is
 an :class:`UnsafePath` (a :class:`~ikdata.core.errors.RecordError` that knows the path it
 refused and gives a located :class:`~ikdata.core.problems.Problem`), never a bare string.
+:func:`open_regular` is the open that goes with it: it refuses a special file before a read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 from typing import Collection, Iterable
 
-from ikdata.core.errors import RecordError
+from ikdata.core.errors import FileSystemError, RecordError
 from ikdata.core.problems import Problem
 from ikdata.core.record_kinds import RECORD_FILES, RECORD_TOPS, kind_of
 from ikdata.core.record_kinds import describe as _describe_records
@@ -50,6 +54,50 @@ class UnsafePath(RecordError):
     def problem(self, where: str | None = None, line: int | None = None, pointer: str | None = None) -> Problem:
         """The refusal as a Problem of ``where`` (default: the refused path itself)."""
         return Problem(where or self.relative, self.reason, line, pointer, UNSAFE)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of this mode is when it is neither a regular file nor a folder ("a FIFO"), else None."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def not_regular(path: str | os.PathLike, kind: str, *, operation: str = "read") -> FileSystemError:
+    """The error for a FIFO, a device or a socket (``kind``) where a regular file is expected."""
+    return FileSystemError(OSError(errno.EINVAL, f"it is {kind}, not a regular file", os.fspath(path)),
+                           operation=operation)
+
+
+def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """Open ``path`` (links followed) and return the descriptor, only if it is a regular file.
+
+    The open is non-blocking, so a FIFO with no writer or a device cannot hang it, and the
+    file's type is checked with ``fstat`` on the descriptor itself (no race with a rename);
+    the descriptor is made blocking again before it is returned.
+
+    Raises:
+        FileSystemError: a FIFO, a device, a socket (or a folder): :func:`not_regular`.
+        OSError: the open itself failed.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0), mode)
+    try:
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
+            raise not_regular(path, "a folder" if stat.S_ISDIR(found) else special_kind(found) or "not a file",
+                              operation="read" if flags & os.O_ACCMODE == os.O_RDONLY else "open")
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def text_refusal(relative: object) -> UnsafePath | None:
@@ -124,19 +172,35 @@ class PathResolver:
 
     def real(self, relative: str) -> str:
         """The real path of a textually safe ``relative`` (links followed; folders cached)."""
+        return self._real(relative)[0]
+
+    def _real(self, relative: str) -> tuple[str, int | None]:
+        """The real path and the mode of what it names (None: nothing there), with one ``lstat``
+        for a file that is not a link."""
         parent, _, name = relative.rpartition("/")
         real_parent = self._real_dirs.get(parent)
         if real_parent is None:
             real_parent = self._real_dirs[parent] = os.path.realpath(self.root / parent)
         real = os.path.join(real_parent, name)
-        return os.path.realpath(real) if os.path.islink(real) else real
+        try:
+            mode: int | None = os.lstat(real).st_mode
+        except OSError:
+            return real, None
+        if stat.S_ISLNK(mode):
+            real = os.path.realpath(real)
+            try:
+                mode = os.stat(real).st_mode
+            except OSError:
+                mode = None
+        return real, mode
 
     def is_inside(self, real: str) -> bool:
         """Whether a real path is the root or under it."""
         return real == self.real_root or real.startswith(self._inside)
 
     def refusal(self, relative: object, *, known_inside: bool = False) -> UnsafePath | None:
-        """Why ``relative`` may not be used (its text, or a link that leaves the dataset), or None.
+        """Why ``relative`` may not be used (its text, a link that leaves the dataset, or a FIFO, device
+        or socket), or None. A path with nothing there is not refused: its reader says it is missing.
 
         ``known_inside``: a directory scan already found it as a regular file inside the dataset.
         """
@@ -144,9 +208,13 @@ class PathResolver:
         if found is not None or known_inside:
             return found
         assert isinstance(relative, str)
-        real = self.real(relative)
+        real, mode = self._real(relative)
         if not self.is_inside(real):
             return UnsafePath(relative, f"path {relative!r} is a link that leaves the dataset (to {real})")
+        kind = special_kind(mode) if mode is not None else None
+        if kind is not None:
+            return UnsafePath(relative, f"{relative!r} is {kind}, not a regular file; expected a file the dataset "
+                              "holds (remove it, or put the real file there)")
         return None
 
     def resolve(self, relative: object, *, where: str | None = None, line: int | None = None,
@@ -196,4 +264,4 @@ def resolve(root: str | os.PathLike, relative: object, *, where: str | None = No
 
 
 __all__ = ["PathResolver", "RECORD_FILES", "RECORD_TOPS", "UNSAFE", "UnsafePath", "check_text",
-           "record_path_refusal", "resolve", "text_refusal"]
+           "not_regular", "open_regular", "record_path_refusal", "resolve", "special_kind", "text_refusal"]

@@ -4,7 +4,8 @@ A blob is a one-tensor safetensors file at ``blob/sha256/<d[:2]>/<digest>.safete
 named by the tensor digest of :mod:`ikdata.core.digest`. Writes go to a unique temp
 file in the target folder, are fsynced and renamed; a digest already stored is
 not written again. Verification rehashes the file itself (header and data,
-memory-mapped) without torch.
+memory-mapped) without torch. A FIFO, a device or a socket where a blob should be is never
+opened for a read that could block (:func:`ikdata.core.paths.open_regular`), nor listed as a blob.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Iterable, Iterator
 
 from ikdata.core.digest import tensor_digest, tensor_prefix
 from ikdata.core.errors import BlobCorrupted, BlobNotFound, FileSystemError, StoreError
+from ikdata.core.paths import open_regular
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import (BLOB_KEY, DTYPES, MAX_HEADER_BYTES, FormatError, TensorEntry,
                                        encode_header, parse_header)
@@ -183,7 +185,7 @@ def link_or_copy(source: Path, dest: Path) -> None:
     except FileExistsError:
         pass
     except OSError:  # another filesystem (EXDEV), or links not allowed
-        with open(source, "rb") as stream:
+        with open(open_regular(source), "rb") as stream:
             write_atomic(dest, iter(lambda: stream.read(1 << 22), b""))
 
 
@@ -283,13 +285,17 @@ class BlobStore:
             raise BlobNotFound(f"{ref.path}: blob not found", path=ref.path, digest=digest_from_path(ref.path))
         return path, ref.tensor_key
 
-    def iter_blobs(self) -> Iterator[tuple[str, int]]:
+    def iter_blobs(self, *, special: list[str] | None = None,
+                   links: list[str] | None = None) -> Iterator[tuple[str, int]]:
         """Every stored blob as (relative path, size), from a directory scan (no reads). Packed blobs
         are listed under their loose path with the loose file's size, once, so the blob set is the
-        same whether blobs are loose or packed."""
+        same whether blobs are loose or packed. ``special`` and ``links``, when given, collect the
+        FIFOs, devices and sockets left out and the loose blobs that are symlinks (still listed)."""
         seen = set()
-        for relative, size, _ in self.scan_blobs():
+        for relative, size, link in self.scan_blobs(special=special):
             seen.add(relative)
+            if link and links is not None:
+                links.append(relative)
             yield relative, size
         if os.path.isdir(os.path.join(self.root, BLOB_DIR, "packs")):
             from ikdata.core.packs import iter_packed
@@ -299,9 +305,10 @@ class BlobStore:
                 if relative not in seen:
                     yield relative, blob.loose_size
 
-    def scan_blobs(self) -> Iterator[tuple[str, int, bool]]:
+    def scan_blobs(self, *, special: list[str] | None = None) -> Iterator[tuple[str, int, bool]]:
         """Every ``*.safetensors`` under ``blob/`` as (relative path, size, is a symlink); links to
-        folders are not followed. Packs (``blob/packs/``) are not loose blobs and are left out."""
+        folders are not followed. Packs (``blob/packs/``) are not loose blobs and are left out, and
+        so are FIFOs, devices and sockets: not blobs (their paths go to ``special`` when given)."""
         top = os.path.join(self.root, BLOB_DIR)
         if not os.path.isdir(top):
             return
@@ -315,6 +322,10 @@ class BlobStore:
                     if entry.is_dir(follow_symlinks=False):
                         stack.append((entry.path, relative + entry.name + "/"))
                     elif entry.name.endswith(".safetensors") and not entry.name.startswith(".tmp-"):
+                        if not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                            if special is not None:
+                                special.append(relative + entry.name)
+                            continue
                         yield (relative + entry.name, entry.stat(follow_symlinks=False).st_size,
                                entry.is_symlink())
 
@@ -327,9 +338,10 @@ def read_entries(path: str | os.PathLike) -> list[TensorEntry]:
 
     Raises:
         BlobCorrupted: the file is truncated or its header is malformed.
-        OSError: the file cannot be opened or read.
+        OSError: the file cannot be opened or read (a FIFO, a device or a socket is
+            refused before any read).
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, _HEADER_READ, 0)
@@ -380,7 +392,7 @@ def rehash_file(path: str | os.PathLike) -> BlobCheck:
     so several threads keep several cores busy.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)  # a FIFO or a device is refused before a read could block
     except OSError as exc:
         return BlobCheck(str(path), error=f"cannot read: {exc.strerror or exc}")
     try:

@@ -17,9 +17,12 @@ can call it.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Protocol
+import re
+from typing import Any, Collection, Iterable, Mapping, Protocol
 
-from ikdata.core.errors import UntrustedReference
+from ikdata.core.errors import UntrustedReference, UsageError
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Definition(Protocol):
@@ -69,4 +72,22 @@ def require_trusted(definition: Definition, *, digests: Collection[str] = (),
         raise UntrustedReference(definition.name, definition.digest, definition.source or "a dataset")
 
 
-__all__ = ["DATASET", "SHIPPED", "TRUSTED_ORIGINS", "USER", "is_trusted", "require_trusted"]
+def check_digests(digests: Iterable[str] | None, *, option: str = "--trust") -> tuple[str, ...]:
+    """The digests a user trusts explicitly, each a definition's full digest (64 hex digits, any case).
+
+    A shorter or mistyped value would trust nothing and say nothing, so it is refused.
+
+    Raises:
+        UsageError: naming the value and the form expected.
+    """
+    checked = []
+    for digest in digests or ():
+        text = digest.strip().lower() if isinstance(digest, str) else digest
+        if not isinstance(text, str) or not _DIGEST.match(text):
+            raise UsageError(f"{option} {digest!r}: not a definition digest; expected the 64 hex digits that the "
+                             "refusal printed (--trust trusts one definition by its full digest)")
+        checked.append(text)
+    return tuple(checked)
+
+
+__all__ = ["DATASET", "SHIPPED", "TRUSTED_ORIGINS", "USER", "check_digests", "is_trusted", "require_trusted"]

@@ -40,6 +40,9 @@ from ikdata.core.writer import DatasetWriter, NewWorkload
 
 DEFINITION = "sampling_top_logprobs"
 ORIGIN = "openai-completions"
+MAX_VOCAB = 1 << 31  # larger than any tokenizer's vocabulary; token ids and top_k stay within int64
+_INT64 = 1 << 63
+_FLOAT32_MAX = float(np.finfo(np.float32).max)  # the settings are stored as float32 scalars
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ def _token(value: Any) -> Any:
     return None
 
 
+def _whole(value: float, low: int, high: int) -> bool:
+    """Whether ``value`` is a whole number from ``low`` to ``high`` (NaN and infinity are not)."""
+    return math.isfinite(value) and value == int(value) and low <= value <= high
+
+
 def _number(record: Any, key: str, default: float) -> Any:
     value = record.get(key, default) if isinstance(record, dict) else default
     if value is None:
@@ -116,17 +124,20 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
     top_k = _number(settings, "top_k", 0)
     top_p = _number(settings, "top_p", 1.0)
     min_p = _number(settings, "min_p", 0.0)
-    if temperature is None or not math.isfinite(temperature) or temperature < 0:
+    if temperature is None or not math.isfinite(temperature) or not 0 <= temperature <= _FLOAT32_MAX:
         bad("/settings/temperature", f"temperature must be a number >= 0, got {settings.get('temperature')!r}")
-    if top_k is None or top_k != int(top_k) or top_k < -1:
-        bad("/settings/top_k", f"top_k must be an integer >= 0 (0 or -1: off), got {settings.get('top_k')!r}")
+    if top_k is None or not _whole(top_k, -1, MAX_VOCAB):
+        bad("/settings/top_k", f"top_k must be an integer from 0 to {MAX_VOCAB} (0 or -1: off), got "
+                               f"{settings.get('top_k')!r}")
+        top_k = 0
     if top_p is None or not 0 < top_p <= 1:
         bad("/settings/top_p", f"top_p must be in (0, 1], got {settings.get('top_p')!r}")
     if min_p is None or not 0 <= min_p <= 1:
         bad("/settings/min_p", f"min_p must be in [0, 1], got {settings.get('min_p')!r}")
     vocab = _number(record, "vocab_size", 0)
-    if vocab is None or vocab != int(vocab) or vocab < 0:
-        bad("/vocab_size", f"vocab_size must be a positive integer, got {record.get('vocab_size')!r}")
+    if vocab is None or not _whole(vocab, 0, MAX_VOCAB):
+        bad("/vocab_size", f"vocab_size must be a positive integer up to {MAX_VOCAB}, got "
+                           f"{record.get('vocab_size')!r}")
         vocab = 0
     vocab = int(vocab)
     listed = record.get("top_logprobs")
@@ -165,8 +176,8 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
             bad(f"/draws/{i}/token", f"a drawn token must be a string or an id, got {entry!r}")
         elif isinstance(token, int) and (token < 0 or (vocab and token >= vocab)):
             bad(f"/draws/{i}/token", f"drawn token id {token} is outside the vocabulary (0..{vocab - 1})")
-        if seed is None or isinstance(seed, bool) or not isinstance(seed, int):
-            bad(f"/draws/{i}/seed", f"seed must be an integer, got {seed!r}")
+        if seed is None or isinstance(seed, bool) or not isinstance(seed, int) or not -_INT64 <= seed < _INT64:
+            bad(f"/draws/{i}/seed", f"seed must be a 64-bit integer, got {seed!r}")
             seed = -1
         seeds.append(seed)
         slots.append(where.get(token, len(tokens)))
@@ -195,7 +206,7 @@ def read_completions(path: str | os.PathLike) -> list[Position]:
             except orjson.JSONDecodeError as exc:
                 try:  # Python's json writes NaN and Infinity, which orjson refuses: read them to name them
                     record = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested deeper than any record needs
                     problems.append(Problem(str(path), f"not JSON ({exc})", line=number, code="completions"))
                     continue
             found, bad = parse_line(record, path=str(path), line=number)

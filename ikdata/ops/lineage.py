@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -20,7 +20,8 @@ from ikdata.core import manifest
 from ikdata.core.dataset import Dataset
 from ikdata.core.index import lookup
 from ikdata.core.errors import ProblemsFound, UsageError
-from ikdata.core.records import TensorRef
+from ikdata.core.problems import Problem
+from ikdata.core.records import Receipt, TensorRef, WorkloadRow
 from ikdata.core.store import DIGEST_RE, digest_from_path
 
 CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
@@ -91,8 +92,8 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
             row, receipts_of = indexed[0][0], indexed[1]
             return [_chain(row, receipts_of[-1] if receipts_of else None, _report_cases(ds).get(row.uuid, []),
                            row.uuid, (), root=ds.root)]
-    rows = {row.uuid: row for row in ds.workloads(validate=False)}
-    receipts = {r.uuid: r for r in ds.receipts(validate=False)}
+    rows = {row.uuid: row for row in _rows(ds)}
+    receipts = {r.uuid: r for r in _receipts(ds)}
     cases = _report_cases(ds)
     if DIGEST_RE.match(key):
         uses: dict[str, list[str]] = {}
@@ -118,6 +119,45 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
         raise UsageError(f"{path}: {key!r} matches {len(matches)} workloads; give more of the uuid")
     uuid = matches[0]
     return [_chain(rows.get(uuid), receipts.get(uuid), cases.get(uuid, []), uuid, (), root=ds.root)]
+
+
+def _bad_uuid(ds: Dataset, record: Any, display: str, line: int, pointer: str) -> bool:
+    """Note a record without a string uuid (missing, a number) as a problem of ``ds``; True when it is one."""
+    holder = record.get("workload") if pointer.startswith("/workload") and isinstance(record, dict) else record
+    uuid = holder.get("uuid") if isinstance(holder, dict) else None
+    if isinstance(uuid, str):
+        return False
+    found = "no uuid" if not isinstance(holder, dict) or "uuid" not in holder else f"uuid {uuid!r}"
+    ds.problems.append(Problem(display, f"{found}; expected a string (the workload's uuid)", line, pointer, "schema"))
+    return True
+
+
+def _rows(ds: Dataset) -> Iterator[Any]:
+    """Every row that has a string uuid (others are problems of ``ds``, not a traceback)."""
+    for path in ds.workload_files():
+        display = ds.rel(path)
+        for line, record in ds.read_workload_file(path, validate=False):
+            if _bad_uuid(ds, record, display, line, "/workload/uuid"):
+                continue
+            try:
+                yield WorkloadRow.from_dict(record, source=display, line=line)
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                ds.problems.append(Problem(display, f"not a workload row ({type(exc).__name__}: {exc}); expected "
+                                           "definition and workload {uuid, axes, inputs}", line, code="schema"))
+
+
+def _receipts(ds: Dataset) -> Iterator[Any]:
+    """Every receipt that has a string uuid (others are problems of ``ds``, not a traceback)."""
+    for path in ds.receipt_files():
+        display = ds.rel(path)
+        for line, record in ds.read_records(path, "receipt", validate=False):
+            if _bad_uuid(ds, record, display, line, "/uuid"):
+                continue
+            try:
+                yield Receipt.from_dict(record, source=display, line=line)
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                ds.problems.append(Problem(display, f"not a receipt ({type(exc).__name__}: {exc})", line,
+                                           code="schema"))
 
 
 def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str, ...], *,

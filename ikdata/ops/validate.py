@@ -16,7 +16,7 @@ from ikdata.core import repeats
 from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.digest import bytes_digest
-from ikdata.core.errors import RecordError, StoreError
+from ikdata.core.errors import RecordError, StoreError, UsageError
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import TensorEntry, canonical_problem
@@ -100,6 +100,8 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None,
         >>> report = validate(ikdata.open("runs/gemm"), deep=True)
         >>> [str(p) for p in report.problems]
     """
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UsageError(f"--jobs {jobs!r}: expected a whole number of threads, 1 or more")
     report = ValidationReport(deep=deep)
     prehash = _Prehash(ds, jobs, progress) if deep else None  # hashes blobs while the records are checked
     try:
@@ -239,7 +241,10 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
         from ikdata.core.manifest import check_manifest
 
         stale = check_manifest(ds)
-        problems += stale
+        # a refused file is said once (the manifest refuses it too); a blob/ linked out, by each use of it
+        said = {p.path for p in problems if p.code == "unsafe-path"}
+        said |= {"blob"} if said else set()
+        problems += [p for p in stale if p.code != "unsafe-path" or p.path not in said]
         hint = repair_hint(ds.root, manifest_stale=bool(stale))  # a killed writer that repair can finish
         if hint:
             problems.append(Problem("ikdata.json", hint, code="needs-repair"))
@@ -269,8 +274,16 @@ def _check_reports(ds: Dataset, problems: list[Problem]) -> None:
     from ikdata.core.verdicts import REPORT_FORMAT
 
     folder = ds.root / "reports"
+    linked = ds.paths.record_file_refusal(folder, folder=True) if os.path.islink(folder) else None
+    if linked is not None:  # a reports/ folder linked out of the dataset: none of it is read
+        problems.append(linked.problem())
+        return
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         display = ds.rel(path)
+        refusal = ds.paths.record_file_refusal(path)  # a link out of the dataset, a FIFO: never read
+        if refusal is not None:
+            problems.append(refusal.problem())
+            continue
         try:
             report = orjson.loads(path.read_bytes())
         except orjson.JSONDecodeError as exc:

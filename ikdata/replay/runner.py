@@ -138,6 +138,7 @@ class _Run:
     failures: dict[str, str] = field(default_factory=dict)  # definition -> why its reference cannot load
     refused: dict[str, Refusal] = field(default_factory=dict)
     repeats: Repeats = field(default_factory=Repeats)  # uuids whose receipts disagree (core.repeats)
+    conflicts: dict[str, str] = field(default_factory=dict)  # uuid -> why: two different rows share it
 
     def __post_init__(self) -> None:
         self.store = BlobStore(self.ds.root)
@@ -211,7 +212,8 @@ def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard
     """Check the device, select the workloads, open (or resume) the report and the reuse cache."""
     seen_problems = len(ds.problems)
     device_kind, device_name = _check_device(device)
-    rows = _select(ds, definitions, shard)
+    conflicts: dict[str, str] = {}
+    rows = _select(ds, definitions, shard, conflicts)
     if report_path is None:  # beside a foreign report, never over it (report_mod.default_path)
         report_path = report_mod.default_path(ds, None if shard is None else f"{shard.index}-of-{shard.count}")
     fresh = report_mod.header(device=device, device_name=device_name, torch_version=str(torch.__version__),
@@ -221,7 +223,7 @@ def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard
     run = _Run(ds, device, device_kind, str(torch.__version__),
                frozenset(trust), out,  # exact template instances are in ds.trusted_definitions
                ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
-               receipts, repeats=seen)
+               receipts, repeats=seen, conflicts=conflicts)
     return run, rows, seen_problems
 
 
@@ -262,8 +264,10 @@ def _check_device(device: str) -> tuple[str, str | None]:
     return parsed.type, None
 
 
-def _select(ds: Dataset, names: Iterable[str] | None, shard: Shard | None) -> list[WorkloadRow]:
-    """The workloads to replay, deduplicated by uuid, in (definition, uuid) order."""
+def _select(ds: Dataset, names: Iterable[str] | None, shard: Shard | None,
+            conflicts: dict[str, str] | None = None) -> list[WorkloadRow]:
+    """The workloads to replay, deduplicated by uuid, in (definition, uuid) order. Two different rows
+    sharing a uuid are a problem of ``ds`` (located, as validate says it) and land in ``conflicts``."""
     wanted = set(names) if names else None
     if wanted:
         known = set(ds.definitions) | {row.definition for row in ds.workloads()}
@@ -277,7 +281,13 @@ def _select(ds: Dataset, names: Iterable[str] | None, shard: Shard | None) -> li
             continue
         if shard is not None and not shard.contains(row.uuid):
             continue
-        rows.setdefault(row.uuid, row)
+        first = rows.setdefault(row.uuid, row)
+        if first is not row and conflicts is not None and first.content() != row.content():
+            ds.problems.append(Problem(row.source, f"uuid {row.uuid} is also used by a different row at "
+                                       f"{first.source}:{first.line}; expected one content per uuid",
+                                       row.line, "/workload/uuid", "duplicate-uuid"))
+            conflicts.setdefault(row.uuid, f"two different rows share uuid {row.uuid} ({first.source}:{first.line} "
+                                 f"and {row.source}:{row.line}): never judged as if there were one")
     return sorted(rows.values(), key=lambda r: (r.definition, r.uuid))
 
 
@@ -349,6 +359,9 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
     repeat = run.repeats.found.get(row.uuid)
     if repeat is not None:  # two answers to one input: never judged as if there were one
         return {**case, "status": FAILED, "seconds": time.perf_counter() - started, "reason": repeat.message}
+    if row.uuid in run.conflicts:  # two rows for one uuid: which one would the verdict be about?
+        return {**case, "status": FAILED, "seconds": time.perf_counter() - started,
+                "reason": run.conflicts[row.uuid]}
     if receipt is None or not receipt.expected_output:
         why = "no receipt" if receipt is None else "its receipt has no expected_output"
         return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
@@ -400,6 +413,7 @@ def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:
         inputs, case["input_digests"] = _load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
         expected, case["expected_digests"] = _load_all(run, definition.outputs, receipt.expected_output,
                                                        f"{receipt.source}:{receipt.line}")
+        _check_shapes(definition, row, receipt, inputs, expected)
         with torch.inference_mode():  # positionally, in the definition's order, as flashinfer-bench calls it
             returned = reference(*[inputs[n] for n in definition.inputs])
         outputs = _name_outputs(definition, returned)
@@ -424,6 +438,32 @@ def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:
     if failing:
         case["reason"] = "; ".join(failing)
     return case
+
+
+def _check_shapes(definition: Definition, row: WorkloadRow, receipt: Receipt, inputs: Mapping[str, Any],
+                  expected: Mapping[str, Any]) -> None:
+    """Each loaded tensor has the dtype and shape the definition gives it at the row's axes, as validate
+    checks: a row whose axes disagree with its blobs is refused, never judged.
+
+    Raises:
+        RecordError: located at the row (an input) or the receipt (an output).
+    """
+    for values, specs, path, line, pointer in (
+            (inputs, definition.inputs, row.source, row.line, "/workload/inputs"),
+            (expected, definition.outputs, receipt.source, receipt.line, "/expected_output")):
+        for name, value in values.items():
+            spec = specs.get(name)
+            if spec is None or spec.shape is None or not isinstance(value, torch.Tensor):
+                continue
+            if str(value.dtype) != spec.torch_dtype:
+                raise RecordError(f"the blob holds {value.dtype}, expected {spec.torch_dtype} ({name!r} of "
+                                  f"{definition.name!r}); 'ikdata validate' reports it too",
+                                  path=path, line=line, pointer=f"{pointer}/{name}")
+            shape = definition.shape_of(name, row.axes)
+            if shape is not None and tuple(value.shape) != tuple(shape):
+                raise RecordError(f"the blob has shape {list(value.shape)}, but the row's axes {dict(row.axes)} give "
+                                  f"{list(shape)} ({name!r} of {definition.name!r}); 'ikdata validate' reports it "
+                                  "too", path=path, line=line, pointer=f"{pointer}/{name}")
 
 
 def _short(exc: BaseException) -> str:
@@ -482,7 +522,7 @@ def _lookup_reuse(run: _Run, definition: Definition, row: WorkloadRow, receipt: 
     case["reuse_key"] = reuse_key(
         reference_digest=definition.reference_digest, input_digests=input_digests, scalars=scalars,
         expected_digests=expected_digests, device_kind=run.device_kind, torch_version=run.torch_version,
-        judging={"tolerance": dict(definition.tolerance), "judge": definition.judge,
+        judging={"tolerance": dict(definition.tolerance), "judge": definition.judge, "axes": dict(row.axes),
                  "outputs": {n: s.dtype for n, s in definition.outputs.items()},
                  **({"selection": judges.SEED_RULE} if run.ds.layout == "seed" else {})})
     if not run.reuse:
