@@ -11,6 +11,7 @@
         BlobCorrupted
         PackError           a pack or pack index that is not what it claims           core/packs.py
       ProblemsFound         a check found problems (.problems)
+        GcLeftDamage        gc finished but left a damaged pack in place (.result)     ops/gc.py
       MergeConflict         an import that would overwrite different content (.paths)
       RemoteError           a remote that cannot be reached or read (.url)
         PublishConflict     another writer published first (compare-and-swap lost)   remote/backend.py
