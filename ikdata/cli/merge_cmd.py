@@ -12,6 +12,27 @@ from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt, open_dataset
 
+# How SRC's verdicts are taken (import, and pull when it merges)
+TrustReportsOpt = Annotated[bool, typer.Option("--trust-reports", help="Take SRC's verdicts on their word: re-judge "
+                                               "none (they are still rechecked).")]
+TrustOpt = Annotated[Optional[list[str]], typer.Option(
+    "--trust", help="Trust the definition with this digest, so its reference may run to re-judge SRC's verdicts "
+    "(repeatable).")]
+RejudgeAllOpt = Annotated[bool, typer.Option("--rejudge-all", help="Re-judge every admitted workload, not a random "
+                                             "sample.")]
+
+
+def check_trusted_digests(trust: list[str] | None) -> tuple[str, ...]:
+    """The --trust digests, each a full definition digest (else a usage error)."""
+    from ikdata.core.errors import UsageError
+
+    for digest in trust or ():
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise UsageError(f"--trust {digest!r}: expected a definition's full digest (64 lowercase hex "
+                             "characters), as a refusal prints it")
+    return tuple(trust or ())
+
+
 IMPORT_EXAMPLES = """
 Examples:
   ikdata import runs/host-a shared/gemm
@@ -19,6 +40,12 @@ Examples:
   ikdata import seed-capture shared/qwen --definitions seed/definitions
   ikdata import flashinfer-trace shared/fi --keep-random --json
   ikdata import server-draws.jsonl runs/server      (OpenAI-compatible completions: docs/sampling.md)
+  ikdata import from-a-colleague shared/gemm --definitions my-defs --rejudge-all
+  ikdata import my-own-run shared/gemm --trust-reports
+
+SRC's report is a claim: import reruns the trusted reference on the workloads it admits (all of them,
+or a random sample of 90: 99% confidence of catching 5% forged) and refuses the import when one
+does not pass. --trust-reports takes SRC's verdicts on their word.
 """
 
 
@@ -30,11 +57,16 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
             dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would happen; write nothing.")] = False,
             keep_random: Annotated[bool, typer.Option("--keep-random", help="Keep FlashInfer rows with random "
                                                       "inputs (no expected output).")] = False,
+            trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False,
+            device: Annotated[str, typer.Option(help="Where references run when re-judging: cpu, cuda, "
+                                                "cuda:N.")] = "cpu",
             definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
-    """Merge a fully validated dataset into DST: all or nothing, each tensor stored once."""
+    """Merge a fully validated dataset into DST: all or nothing, each tensor stored once; SRC's verdicts
+    are re-judged (a sample, or all) unless --trust-reports."""
     from ikdata.importing.apply import import_dataset
 
     o = out.Output(json=json_, quiet=quiet)
+    trust = check_trusted_digests(trust)
     if src.suffix == ".jsonl" and src.is_file():  # OpenAI-compatible completions -> sampling workloads
         from ikdata.importing.completions import import_completions
 
@@ -43,7 +75,8 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
         return
     with o.progress("import", unit="blobs") as progress:
         result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
-                                keep_random=keep_random, progress=progress)
+                                keep_random=keep_random, progress=progress, trust_reports=trust_reports,
+                                trust=trust or (), rejudge_all=rejudge_all, device=device)
 
     def human() -> None:
         verb = "would add" if dry_run else "added"
@@ -58,6 +91,8 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
             out.info(f"  refused {refused.uuid} ({refused.definition}): {refused.reason}")
         for conflict in result.conflicts:
             out.info(f"  conflict: {conflict}")
+        if result.rejudged is not None and (result.rejudged.claimed or result.rejudged.trusted):
+            out.info(result.rejudged.statement())
         if result.dataset_id:
             out.info(f"{dst} is now {result.dataset_id[:12]} (parent {result.parent_id[:12]})")
 

@@ -9,7 +9,8 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import JsonOpt, QuietOpt
+from ikdata.cli._options import DefinitionsOpt, JsonOpt, QuietOpt
+from ikdata.cli.merge_cmd import RejudgeAllOpt, TrustOpt, TrustReportsOpt, check_trusted_digests
 
 UrlArg = Annotated[str, typer.Argument(help="Remote: a folder, file://, memory://, s3://bucket/prefix or "
                                             "hf://datasets/org/name[@revision].", show_default=False)]
@@ -79,14 +80,18 @@ def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_defau
 def pull(url: UrlArg, path: Annotated[Path, typer.Argument(help="Dataset folder (created if new).",
                                                            show_default=False)],
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
-         revision: RevisionOpt = None, quiet: QuietOpt = False) -> None:
-    """Fetch a remote dataset into PATH, verifying every blob; merges (import rules) when PATH has data."""
+         revision: RevisionOpt = None, quiet: QuietOpt = False, definitions: DefinitionsOpt = None,
+         trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False) -> None:
+    """Fetch a remote dataset into PATH, verifying every blob; merges (import rules, the remote's verdicts
+    re-judged unless --trust-reports) when PATH has data."""
     from ikdata.remote import pull as pull_mod
 
     o = out.Output(json=json_, quiet=quiet)
+    judging = dict(definitions=definitions or (), trust=check_trusted_digests(trust), trust_reports=trust_reports,
+                   rejudge_all=rejudge_all)
     with o.progress("pull", unit="objects") as progress:
         result = pull_mod.pull(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
-                               progress=progress)
+                               progress=progress, **judging)
     _report(result, path, o)
 
 
@@ -115,3 +120,5 @@ def _report(result, path: Path, o: out.Output) -> None:
     out.info(f"{path}: {result.how} of {result.url} (id {result.dataset_id[:12]}) — fetched "
              f"{result.blobs_fetched} blobs ({out.human_bytes(result.bytes_fetched)}), verified; "
              f"{result.blobs_present} already present{merged}")
+    if result.rejudged:
+        out.info(result.rejudged)

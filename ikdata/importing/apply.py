@@ -38,12 +38,13 @@ import orjson
 from ikdata.core import manifest
 from ikdata.core.dataset import detect_layout, IKDATA
 from ikdata.core.digest import bytes_digest
-from ikdata.core.errors import UsageError
+from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.importing.foreign import LeftOut
 from ikdata.core.faults import checkpoint
 from ikdata.core.journal import JOURNAL, STAGING, recover, roll_forward, write_journal
 from ikdata.core.locking import LOCK_FILE, dataset_lock
 from ikdata.importing.plan import ImportPlan, plan_import, raise_refusals
+from ikdata.importing.rejudge import Rejudged, rejudge
 from ikdata.core.safetensors_format import encode_header
 from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import blob_path, write_atomic
@@ -68,6 +69,7 @@ class ImportResult:
         bytes_in: bytes of tensor data brought in.
         dataset_id: DST's id afterwards (None in a dry run).
         parent_id: SRC's id, now a parent of DST.
+        rejudged: what re-judging SRC's claimed verdicts found (:class:`~ikdata.importing.rejudge.Rejudged`).
     """
 
     src: str
@@ -86,6 +88,7 @@ class ImportResult:
     parent_id: str
     dry_run: bool
     blobs_new: int = 0
+    rejudged: Rejudged | None = None
 
     def to_dict(self) -> dict:
         return {"src": self.src, "dst": self.dst, "dry_run": self.dry_run, "added": list(self.added),
@@ -93,14 +96,22 @@ class ImportResult:
                 "left_out": [r.to_dict() for r in self.left_out], "conflicts": list(self.conflicts),
                 "definitions_added": list(self.definitions_added), "blobs_linked": self.blobs_linked,
                 "blobs_copied": self.blobs_copied, "blobs_present": self.blobs_present, "blobs_new": self.blobs_new,
-                "bytes_in": self.bytes_in, "dataset_id": self.dataset_id, "parent_id": self.parent_id}
+                "bytes_in": self.bytes_in, "dataset_id": self.dataset_id, "parent_id": self.parent_id,
+                "rejudged": self.rejudged.to_dict() if self.rejudged is not None else None}
 
 
 def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: bool = False,
                    dry_run: bool = False, how: str = "import", source: str | None = None,
                    definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False,
-                   progress: ProgressCallback | None = None) -> ImportResult:
+                   progress: ProgressCallback | None = None, trust_reports: bool = False,
+                   trust: Sequence[str] = (), rejudge_all: bool = False, device: str = "cpu") -> ImportResult:
     """Merge the validated workloads of SRC into DST, all or nothing.
+
+    SRC's report is a claim: the trusted reference is run again on the workloads it admits (all, or a
+    random sample sized for 99% confidence of catching 5% forged; :mod:`ikdata.importing.rejudge`),
+    and one that does not pass refuses the whole import. A verdict whose reference may not run here
+    (contract 6) or that a trajectory decided cannot be re-judged, so it is not admitted, unless
+    ``trust_reports``.
 
     Args:
         src: the dataset to import (ikdata, seed or FlashInfer Trace layout); never written.
@@ -114,13 +125,19 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
         keep_random: keep FlashInfer rows with ``random`` inputs, without expected output.
         progress: called with :class:`~ikdata.core.progress.Progress` as blobs are rehashed
             ("rehash") and staged ("stage"); the library never draws.
+        trust_reports: take SRC's verdicts on their word (they are still rechecked against their
+            tolerance, digests, reference and bytes), re-judging none.
+        trust: definition digests whose references may run to re-judge (as ``replay --trust``).
+        rejudge_all: re-judge every admitted workload, not a sample.
+        device: where references run when re-judging.
 
     Returns:
         An :class:`ImportResult`.
 
     Raises:
         MergeConflict: a uuid or a definition name with different content in SRC and DST.
-        ProblemsFound: SRC is not fully validated, inconsistent, or has a corrupt blob.
+        ProblemsFound: SRC is not fully validated, inconsistent, has a corrupt blob, or a verdict
+            it claims does not hold when re-judged.
         UsageError: SRC is DST, or DST is not an ikdata dataset.
 
     Example:
@@ -136,21 +153,29 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
     if not empty and detect_layout(dst) != IKDATA:
         raise UsageError(f"{dst}: DST is not an ikdata dataset; import into an ikdata dataset or a new folder")
     hop = {"how": how, "source": source or str(src), "at": time.time()}
+    planned = dict(only_passed=only_passed, definitions=definitions, keep_random=keep_random, hop=hop,
+                   progress=progress, trust_reports=trust_reports, trust=trust)
+    judging = dict(definitions=definitions, trust=trust, everything=rejudge_all, device=device)
     if dry_run:
-        plan = plan_import(src, dst, only_passed=only_passed, definitions=definitions, keep_random=keep_random,
-                           hop=hop, progress=progress)
-        return _result(plan, src, dst, dry_run=True)
+        plan = plan_import(src, dst, **planned)
+        rejudged = rejudge(plan, **judging) if not plan.refused and not plan.conflicts else None
+        if rejudged is not None and rejudged.disagreements:  # what would refuse it, per workload
+            plan.refused += [LeftOut(uuid, plan.source.rows[uuid]["definition"], reason, code="rejudged")
+                             for uuid, reason in zip(rejudged.disagreeing, rejudged.reasons)]
+            plan.added = [uuid for uuid in plan.added if uuid not in set(rejudged.disagreeing)]
+        return _result(plan, src, dst, dry_run=True, rejudged=rejudged)
     if empty:
         from ikdata.core.layout import init_dataset
 
         init_dataset(dst)
     with dataset_lock(dst, exclusive=True):
         recover(dst, locked=True)
-        plan = plan_import(src, dst, only_passed=only_passed, definitions=definitions, keep_random=keep_random,
-                           hop=hop, progress=progress)
+        plan = plan_import(src, dst, **planned)
         raise_refusals(plan)
+        rejudged = rejudge(plan, **judging)
+        raise_disagreements(plan, rejudged)
         if plan.is_noop:
-            return _result(plan, src, dst, dataset_id=manifest.current_id(dst))
+            return _result(plan, src, dst, dataset_id=manifest.current_id(dst), rejudged=rejudged)
         parent = {"id": plan.source.dataset_id, **hop}
         try:
             linked, copied = _stage_and_commit(plan, dst, parent, progress)
@@ -159,15 +184,24 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
                 shutil.rmtree(dst / STAGING, ignore_errors=True)
             raise
         dataset_id = roll_forward(dst)
-    return _result(plan, src, dst, linked=linked, copied=copied, dataset_id=dataset_id)
+    return _result(plan, src, dst, linked=linked, copied=copied, dataset_id=dataset_id, rejudged=rejudged)
+
+
+def raise_disagreements(plan: ImportPlan, rejudged: Rejudged) -> None:
+    """Refuse the whole import when a re-judged claim does not hold: SRC's report cannot be believed."""
+    if rejudged.disagreements:
+        raise ProblemsFound(list(rejudged.disagreements),
+                            f"{plan.source.root}: {rejudged.statement()}; SRC's report claims verdicts that do not "
+                            "hold here, so nothing was imported (not even with --only-passed). Replay SRC "
+                            f"('ikdata replay {plan.source.root}') to see its real verdicts")
 
 
 def _result(plan: ImportPlan, src: Path, dst: Path, *, dry_run: bool = False, linked: int = 0, copied: int = 0,
-            dataset_id: str | None = None) -> ImportResult:
+            dataset_id: str | None = None, rejudged: Rejudged | None = None) -> ImportResult:
     return ImportResult(str(src), str(dst), tuple(plan.added), tuple(plan.skipped), tuple(plan.refused),
                         tuple(plan.left_out), tuple(plan.conflicts), tuple(plan.definitions),
                         linked, copied, plan.blobs_present, plan.bytes_in, dataset_id,
-                        plan.source.dataset_id, dry_run, len(plan.blobs))
+                        plan.source.dataset_id, dry_run, len(plan.blobs), rejudged)
 
 
 def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict,

@@ -64,9 +64,15 @@ class LeftOut:
     uuid: str
     definition: str
     reason: str
+    where: str | None = None  # the file the reason is about (a report), when it is not the row's
+    pointer: str | None = None  # JSON pointer into ``where`` (a report's case)
+    code: str = "unvalidated"  # "cannot-rejudge": its verdict is a claim import cannot check here
 
     def to_dict(self) -> dict:
-        return {"uuid": self.uuid, "definition": self.definition, "reason": self.reason}
+        found = {"uuid": self.uuid, "definition": self.definition, "reason": self.reason}
+        if self.where is not None:
+            found.update(where=self.where, pointer=self.pointer)
+        return found
 
 
 @dataclass
@@ -94,6 +100,7 @@ class Source:
     report_digest: str | None = None
     report_name: str | None = None
     cases: dict[str, list[dict]] = field(default_factory=dict)
+    case_numbers: dict[str, list[int]] = field(default_factory=dict)  # uuid -> index in the report of each case
     left_out: list[LeftOut] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     paths: PathResolver | None = None  # SRC's path rule: every file read from SRC passes it first
@@ -287,6 +294,7 @@ def _read_report(ds: Dataset, source: Source) -> None:
             source.problems.append(Problem(display, "a case without a uuid string", pointer=f"/cases/{number}"))
             continue
         source.cases.setdefault(uuid, []).append(case)  # each is schema-checked when the gate uses it
+        source.case_numbers.setdefault(uuid, []).append(number)
 
 
 def source_id(ds: Dataset, built: dict | None = None) -> str:

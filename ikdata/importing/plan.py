@@ -42,6 +42,7 @@ from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 from ikdata.core.safetensors_format import BLOB_KEY
 from ikdata.importing.carried import Carried, plan_carried
 
+CANNOT_REJUDGE = "cannot-rejudge"  # a verdict SRC claims that import cannot re-judge here
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
 SEED_TOLERANCES = {k: DEFAULT_TOLERANCES[k] for k in ("bfloat16", "float32")}
 
@@ -66,6 +67,8 @@ class ImportPlan:
     conflict_paths: list[str] = field(default_factory=list)
     dst_parents: list[str] = field(default_factory=list)
     carried: Carried = field(default_factory=Carried)                 # trajectories and model records
+    claims: list[str] = field(default_factory=list)                   # admitted on SRC's report: re-judge
+    trust_reports: bool = False                                        # --trust-reports: claims not re-judged
 
     @property
     def bytes_in(self) -> int:
@@ -158,55 +161,104 @@ def validation_record(case: dict, report: dict, *, report_name: str | None, repo
     return {k: v for k, v in record.items() if v is not None}
 
 
-def _validation_for(source: Source, uuid: str, row: dict, receipt: dict) -> tuple[dict | None, list[str]]:
-    """The validation to attach and the reasons it cannot be trusted (empty: admitted)."""
+def _reference_reasons(case: dict, definition: Definition, where: str) -> list[str]:
+    """A case is about this definition only if it was judged by its current reference (by digest).
+
+    A case that names no reference digest (written by hand, or by an older ikdata) has nothing to
+    compare; requiring one would stop no forger, who can write the current digest as easily: the
+    re-judging (:mod:`ikdata.importing.rejudge`) is what checks a claim.
+    """
+    claimed, current = case.get("reference_digest"), definition.reference_digest
+    if claimed is None or claimed == current:
+        return []
+    return [f"{where}: case {case.get('uuid')} was judged with reference {claimed}, but the reference of "
+            f"{definition.name!r} is now {current}; replay it again"]
+
+
+def _validation_for(source: Source, uuid: str, row: dict,
+                    receipt: dict) -> tuple[dict | None, list[str], tuple[str, str | None] | None]:
+    """The validation to attach, the reasons it cannot be trusted (empty: admitted), and the report
+    case the reasons are about (file, pointer) when one is to blame rather than the row."""
     cases = source.cases.get(uuid)
     report = source.report
     if not cases:
         inherited = receipt.get("validation")
         if inherited is None:
-            return None, ["the replay report has no case for it" if report else "SRC has no replay report"]
+            return None, ["the replay report has no case for it" if report else "SRC has no replay report"], None
         try:  # a validation that names its shared context (core.verdicts): read as if written whole
             inherited = expand_validation(source.root, inherited)
         except RecordError as exc:
-            return None, [f"{exc.path}: {str(exc).split(': ', 1)[-1]}"]
+            return None, [f"{exc.path}: {str(exc).split(': ', 1)[-1]}"], None
         cases, report = [inherited], {"tolerances": inherited.get("tolerances") or {},
                                       "device": inherited.get("device", ""), "torch": inherited.get("torch", "")}
         if inherited.get("basis", "").startswith("seed report"):
-            return None, ["its only validation is a seed report's, which a later import cannot recompute"]
+            return None, ["its only validation is a seed report's, which a later import cannot recompute"], None
     reasons: list[str] = []
-    if report is source.report:
+    at = None
+    own = report is source.report  # else: the validation the seed's own import merged into its receipt
+    if own:
         found = schema.check("report", dict(report, cases=cases), path=source.report_name or "report")
         if found:
-            return None, [f"the report's case is malformed: {p.pointer} {p.message}" for p in found]
+            return None, [f"the report's case is malformed: {p.pointer} {p.message}" for p in found], None
     seed = source.layout == SEED and all("metrics" not in c for c in cases)
-    if report is source.report and not seed and report.get("format") != REPORT_FORMAT:
+    if own and not seed and report.get("format") != REPORT_FORMAT:
         return None, [f"the report {source.report_name or ''} has format {report.get('format')!r}; "
-                      f"ikdata reads {REPORT_FORMAT!r} reports only"]
-    for case in cases:
+                      f"ikdata reads {REPORT_FORMAT!r} reports only"], None
+    definition = source.definitions[row["definition"]]
+    for number, case in enumerate(cases):
         if case.get("definition") not in (None, row["definition"]):
             reasons.append(f"the case is for definition {case.get('definition')!r}, not {row['definition']!r}")
         if seed:
             reasons += _seed_reasons(case, report, row, receipt)
-        else:
-            reasons += (recheck(case, report, definition=_trusted(source, row["definition"]))
-                        or _digest_reasons(case, row, receipt))
+            continue
+        pointer = f"/cases/{source.case_numbers[uuid][number]}" if own and uuid in source.case_numbers else None
+        where = f"{source.report_name}#{pointer}" if pointer else \
+            f"its receipt's validation (from {case.get('report') or 'an earlier import'})"
+        stale = _reference_reasons(case, definition, where)
+        if stale:  # judged by another reference: the verdict is not about this definition at all
+            reasons += stale
+            at = at or ((source.report_name, pointer) if pointer else None)
+            continue
+        reasons += (recheck(case, report, definition=_trusted(source, row["definition"]))
+                    or _digest_reasons(case, row, receipt))
     if reasons:
-        return None, reasons
-    own = report is source.report  # else: the validation the seed's own import merged into its receipt
+        return None, reasons, at
     record = cases[-1] if not own and not seed else validation_record(  # seed verdicts keep their "basis" marker
         cases[-1], report, report_name=source.report_name if own else None,
         report_digest=source.report_digest if own else None, seed=seed)
-    return record, []
+    return record, [], None
+
+
+def _claim_reasons(source: Source, definition: Definition, validation: dict, *, trust: Sequence[str]) -> list[str]:
+    """Why a verdict SRC's report claims cannot be re-judged here (empty: it can, and will be).
+
+    Re-judging runs the definition's reference, which only a trusted definition may do (contract 6);
+    a denoiser step is judged by its whole trajectory (the pipeline's model, the noise floor), which
+    import does not replay.
+    """
+    if isinstance(validation.get("trajectory"), dict):
+        return ["SRC's report claims a pass that cannot be re-judged here: it was judged by its "
+                "diffusion trajectory (the pipeline's model and noise floor), which import does not replay; "
+                "replay SRC yourself, or accept SRC's reports with --trust-reports"]
+    if not is_trusted(definition, digests=frozenset(trust), trusted=source.trusted):
+        return [f"SRC's report claims a pass that cannot be re-judged here: the reference of "
+                f"{definition.name!r} (definition digest {definition.digest}) is not trusted, so it does not "
+                f"run; name its folder with --definitions DIR, trust it with --trust {definition.digest}, or "
+                "accept SRC's reports with --trust-reports"]
+    return []
 
 
 def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: bool = False,
                 definitions: Sequence[str | os.PathLike] = (), keep_random: bool = False,
-                hop: dict | None = None, progress: ProgressCallback | None = None) -> ImportPlan:
+                hop: dict | None = None, progress: ProgressCallback | None = None, trust_reports: bool = False,
+                trust: Sequence[str] = ()) -> ImportPlan:
     """Decide everything an import does, reading SRC and DST only.
 
     ``hop`` (``how``, ``source``, ``at``) is recorded, with SRC's id as ``from``, in each new
     receipt's ``imports``. ``progress`` is called as the blobs DST lacks are rehashed ("rehash").
+    A verdict admitted on SRC's word is listed in ``plan.claims`` for re-judging
+    (:mod:`ikdata.importing.rejudge`); one that cannot be re-judged (an untrusted reference, a
+    trajectory) is refused unless ``trust_reports``. ``trust``: definition digests the user trusts.
 
     Raises:
         ProblemsFound: SRC is unreadable or inconsistent (bad records, a stale manifest,
@@ -228,7 +280,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
     if source.problems:
         raise ProblemsFound(source.problems, f"{source.root}: cannot import, SRC has {len(source.problems)} "
                             f"problem(s); fix them, then run 'ikdata validate {source.root}'")
-    plan = ImportPlan(source, dst, left_out=list(source.left_out))
+    plan = ImportPlan(source, dst, left_out=list(source.left_out), trust_reports=trust_reports)
     plan.dst_parents = [p["id"] for p in (_manifest_or_empty(dst).get("parents") or [])]
     import_hop = {"source": str(source.root), "how": "import", "at": 0.0, **(hop or {}), "from": source.dataset_id}
 
@@ -256,6 +308,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
             plan.skipped.append(uuid)
             continue
         new_receipt = None
+        claimed = False
         if receipt is not None:
             new_receipt = {k: v for k, v in receipt.items() if k not in ("validation", "imports")}
             if receipt.get("unverified"):  # capture could not vouch for its inputs (docs/capture.md)
@@ -265,11 +318,17 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
                     f"{why.get('reason') if isinstance(why, dict) else why}; capture it again"))
                 continue
             if receipt["expected_output"]:
-                validation, reasons = _validation_for(source, uuid, row, receipt)
+                validation, reasons, at = _validation_for(source, uuid, row, receipt)
+                code = "unvalidated"
+                if not reasons and not trust_reports:
+                    reasons = _claim_reasons(source, source.definitions[row["definition"]], validation,
+                                             trust=trust)
+                    code = CANNOT_REJUDGE
                 if reasons:
                     (plan.left_out if only_passed else plan.refused).append(
-                        LeftOut(uuid, row["definition"], "; ".join(reasons)))
+                        LeftOut(uuid, row["definition"], "; ".join(reasons), *(at or (None, None)), code=code))
                     continue
+                claimed = True
                 # what it shares with the others of its report is stored once (core.verdicts)
                 new_receipt["validation"], shared, data = share_validation(validation)
                 if not (dst / shared).is_file():
@@ -282,6 +341,8 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         plan.rows.setdefault(workloads_relpath(defn.name, target), []).append(row)
         if new_receipt is not None:
             plan.receipts.append(new_receipt)
+        if claimed:
+            plan.claims.append(uuid)
         plan.added.append(uuid)
     if source.layout == "ikdata":  # trajectories and models ride with the workloads they tie together
         plan.carried = plan_carried(Path(source.root), dst, set(plan.added) | set(plan.skipped) | set(dst_rows))
@@ -445,9 +506,22 @@ def raise_refusals(plan: ImportPlan) -> None:
         raise MergeConflict(f"{plan.source.root} -> {plan.dst}: {len(plan.conflicts)} conflict(s); nothing was "
                             "written:\n  " + "\n  ".join(shown), paths=plan.conflict_paths)
     if plan.refused:
-        problems = [Problem(plan.source.where.get(r.uuid, str(plan.source.root)),
-                            f"workload {r.uuid} ({r.definition}) is not validated: {r.reason}", code="unvalidated")
-                    for r in plan.refused]
-        raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} workload(s) are not validated, so "
+        problems = [Problem(r.where or plan.source.where.get(r.uuid, str(plan.source.root)),
+                            f"workload {r.uuid} ({r.definition}) is not validated: {r.reason}", code="unvalidated",
+                            pointer=r.pointer)
+                    for r in plan.refused if r.code != CANNOT_REJUDGE]
+        claims: dict[tuple[str, str], list[str]] = {}  # one problem per definition: the reason is its own
+        for r in plan.refused:
+            if r.code == CANNOT_REJUDGE:
+                claims.setdefault((r.definition, r.reason), []).append(r.uuid)
+        for (name, reason), uuids in claims.items():
+            defn = plan.source.definitions.get(name)
+            shown = ", ".join(uuids[:3]) + (f" and {len(uuids) - 3} more" if len(uuids) > 3 else "")
+            problems.append(Problem(defn.source if defn is not None and defn.source else str(plan.source.root),
+                                    f"{len(uuids)} workload(s) of {name!r} ({shown}) are not validated: {reason}",
+                                    code=CANNOT_REJUDGE))
+        advice = ("; a report from elsewhere is a claim: name the definitions' folder with --definitions, "
+                  "trust them with --trust DIGEST, or vouch for SRC's reports with --trust-reports") if claims else ""
+        raise ProblemsFound(problems, f"{plan.source.root}: {len(plan.refused)} workload(s) are not validated, so "
                             "nothing was imported; replay them ('ikdata replay SRC'), or pass --only-passed "
-                            "to import the passing subset")
+                            f"to import the passing subset{advice}")

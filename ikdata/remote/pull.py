@@ -47,6 +47,7 @@ class PullResult:
         blobs_present: blobs the local side already had.
         files_fetched: definition/row/receipt/report files downloaded.
         added: workloads a merge brought in (pull into existing data).
+        rejudged: how a merge took the remote's verdicts (re-judged here, or trusted), in a line.
     """
 
     url: str
@@ -58,11 +59,15 @@ class PullResult:
     blobs_present: int = 0
     files_fetched: int = 0
     added: int = 0
+    rejudged: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "how": self.how, "dataset_id": self.dataset_id, "remote_id": self.remote_id,
-                "blobs_fetched": self.blobs_fetched, "bytes_fetched": self.bytes_fetched,
-                "blobs_present": self.blobs_present, "files_fetched": self.files_fetched, "added": self.added}
+        found = {"url": self.url, "how": self.how, "dataset_id": self.dataset_id, "remote_id": self.remote_id,
+                 "blobs_fetched": self.blobs_fetched, "bytes_fetched": self.bytes_fetched,
+                 "blobs_present": self.blobs_present, "files_fetched": self.files_fetched, "added": self.added}
+        if self.rejudged is not None:
+            found["rejudged"] = self.rejudged
+        return found
 
 
 @dataclass(frozen=True)
@@ -287,8 +292,11 @@ def clone(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = 
 
 
 def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
-         progress: ProgressCallback | None = None) -> PullResult:
+         progress: ProgressCallback | None = None, **judging: Any) -> PullResult:
     """Bring a remote dataset into DEST: a clone when DEST is new or empty, else a merge (``ikdata import`` rules).
+
+    A merge re-judges the remote's verdicts as import does; ``judging`` (``definitions``, ``trust``,
+    ``trust_reports``, ``rejudge_all``) is passed to :func:`ikdata.importing.apply.import_dataset`.
 
     Only blobs DEST lacks are downloaded, each verified before it enters.
 
@@ -316,7 +324,7 @@ def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = N
         staging = _staging(dest, "pull", remote_id)
         snap = fetch_snapshot(backend, staging, have=dest, jobs=jobs, progress=progress)
     try:
-        result = import_dataset(staging, dest, how="pull", source=url)
+        result = import_dataset(staging, dest, how="pull", source=url, **judging)
     except RemoteError:
         raise
     except Exception:
@@ -324,7 +332,8 @@ def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = N
         raise
     shutil.rmtree(staging, ignore_errors=True)
     return PullResult(url, "pull", result.dataset_id or local_id or "", snap.remote_id, snap.blobs_fetched,
-                      snap.bytes_fetched, snap.blobs_present, snap.files_fetched, len(result.added))
+                      snap.bytes_fetched, snap.blobs_present, snap.files_fetched, len(result.added),
+                      result.rejudged.statement() if result.rejudged is not None else None)
 
 
 def _sha256(path: Path) -> str:

@@ -46,7 +46,7 @@ def test_every_dataset_file_follows_the_umask(tmp_path, umask, expected):
     steps = [("repair", str(root)),  # rewrites the rows file, sets the torn line aside, rewrites the manifest
              ("replay", str(root), "--definitions", str(definitions), "--no-reuse"),  # the report
              ("manifest", str(root)),
-             ("import", str(root), str(dst)),  # blobs copied or linked, rows appended, journal
+             ("import", str(root), str(dst), "--definitions", str(definitions)),  # blobs, rows, journal
              ("push", str(dst), str(remote)),
              ("clone", str(remote), str(cloned))]  # blobs fetched through a temp file
     for args in steps:

@@ -141,7 +141,7 @@ def test_json_of_every_command_parses(tmp_path, make_ikdata_dataset):
     assert ok("manifest", str(src))["id"]
     summary = ok("replay", str(src), "--definitions", str(definitions), "--no-reuse")
     assert summary["counts"]["passed"] == 3
-    assert ok("import", str(src), str(tmp_path / "dst"))["added"]
+    assert ok("import", str(src), str(tmp_path / "dst"), "--definitions", str(definitions))["added"]
     assert ok("lineage", str(tmp_path / "dst"), uuid[:8])[0]["uuid"] == uuid
     assert ok("lineage", str(tmp_path / "dst"))["root"]
     assert "workloads" in ok("diff", str(src), str(tmp_path / "dst"))

@@ -41,7 +41,7 @@ def test_validate_deep_import_push_pull_report_progress(tmp_path, make_ikdata_da
     assert "validate rehash: 7/7 blobs" in deep.stderr and "validate rehash" not in deep.stdout
     replayed = runner.invoke(app, ["replay", str(src), "--definitions", str(definitions), "--no-reuse", "-q"])
     assert replayed.exit_code == 0 and replayed.stdout == ""
-    imported = runner.invoke(app, ["import", str(src), str(tmp_path / "dst")])
+    imported = runner.invoke(app, ["import", str(src), str(tmp_path / "dst"), "--definitions", str(definitions)])
     assert imported.exit_code == 0, imported.output
     assert "import rehash: 7/7 blobs" in imported.stderr and "import stage: 7/7 blobs" in imported.stderr
     pushed = runner.invoke(app, ["push", str(tmp_path / "dst"), str(tmp_path / "remote")])

@@ -221,7 +221,7 @@ def test_the_cli_replays_on_ray_and_its_report_imports_like_any_other(ray_cluste
     from ikdata.core import manifest
 
     manifest.write(built.root)
-    imported = import_dataset(built.root, tmp_path / "shared", only_passed=True)
+    imported = import_dataset(built.root, tmp_path / "shared", only_passed=True, definitions=[built.definitions])
     assert len(imported.added) == 5
 
 

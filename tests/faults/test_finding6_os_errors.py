@@ -112,7 +112,7 @@ def test_init_under_a_file_size_limit_and_under_a_file(tmp_path):
 def test_import_under_a_file_size_limit_writes_nothing(src, tmp_path):
     dst = make_validated(tmp_path / "dst", rows=1, seed=5, w_seed=5)
     before = tree_digest(dst)
-    done = run_cli("import", src, dst, limit=300)
+    done = run_cli("import", src, dst, "--trust-reports", limit=300)
     assert_one_line_error(done, str(dst), "file-size limit")
     assert tree_digest(dst) == before
     no_temp_files(dst)
@@ -261,7 +261,7 @@ def test_disk_full_on_import_and_manifest(src, small_fs):
     shutil.copytree(make_validated(src.parent / "seed-dst", rows=1, seed=21, w_seed=21), dst)
     _fill(small_fs)
     before = tree_digest(dst)
-    done = run_cli("import", src, dst)
+    done = run_cli("import", src, dst, "--trust-reports")
     assert_one_line_error(done, "disk is full (ENOSPC)")
     assert tree_digest(dst) == before
     no_temp_files(dst)
@@ -279,7 +279,7 @@ def test_read_only_file_system(src, small_fs):
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
     before = tree_digest(root)
     for args in (["manifest", root], ["repair", root], ["gc", root, "--grace", "0"],
-                 ["import", make_validated(src.parent / "other", rows=1, seed=4, w_seed=4), root]):
+                 ["import", make_validated(src.parent / "other", rows=1, seed=4, w_seed=4), root, "--trust-reports"]):
         done = run_cli(*args)
         if done.returncode == 0:  # nothing to write (repair or gc with nothing to do) is fine
             continue
@@ -293,7 +293,7 @@ def test_a_header_of_a_hundred_thousand_brackets_is_a_message_in_validate_and_im
     rewrite(blob_of(src), lambda header, data: join("[" * 100_000, data))
     recommit(src)
     for args in (["validate", str(src)], ["validate", "--deep", str(src)],
-                 ["import", str(src), str(tmp_path / "dst")]):
+                 ["import", str(src), str(tmp_path / "dst"), "--trust-reports"]):
         done = runner.invoke(app, args)
         assert done.exit_code == 1, (args, done.output)
         assert done.exception is None or isinstance(done.exception, SystemExit), repr(done.exception)

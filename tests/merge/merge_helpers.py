@@ -45,6 +45,19 @@ def passing_case(receipt: dict, row: dict) -> dict:
     }
 
 
+def import_trusting_reports(src, dst, **options):
+    """``import_dataset`` with SRC's reports trusted (``--trust-reports``).
+
+    The reports of these helpers are written by hand for a test definition no one trusts, so the
+    default import refuses them (a report from elsewhere is a claim, re-judged by a trusted reference).
+    Tests of other things (dedupe, conflicts, the journal, the checks a report still gets) import
+    through this; re-judging is tested in ``tests/security/test_import_claims.py``.
+    """
+    from ikdata.importing.apply import import_dataset
+
+    return import_dataset(src, dst, **{"trust_reports": True, **options})
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

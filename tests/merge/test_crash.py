@@ -13,7 +13,7 @@ import pytest
 
 from ikdata.core.faults import CRASH_ENV
 from ikdata.core.journal import STAGING
-from ikdata.importing.apply import import_dataset
+from merge_helpers import import_trusting_reports as import_dataset  # hand-written reports: --trust-reports
 from merge_helpers import capture, read_jsonl, rows_by_uuid, tree_digest, validated  # noqa: F401
 
 BEFORE_COMMIT = ["blobs-staged", "files-staged"]
@@ -25,7 +25,7 @@ def run_import(src: Path, dst: Path, crash_at: str | None = None) -> subprocess.
     env.pop(CRASH_ENV, None)
     if crash_at:
         env[CRASH_ENV] = crash_at
-    code = "import sys; from ikdata.importing.apply import import_dataset; import_dataset(sys.argv[1], sys.argv[2])"
+    code = "import sys; from ikdata.importing.apply import import_dataset; import_dataset(sys.argv[1], sys.argv[2], trust_reports=True)"
     return subprocess.run([sys.executable, "-c", code, str(src), str(dst)], env=env, capture_output=True, text=True,
                           timeout=120)
 

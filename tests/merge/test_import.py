@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ikdata.cli import app
 from ikdata.core.errors import MergeConflict, ProblemsFound
 from ikdata.core.verdicts import expand_validation
-from ikdata.importing.apply import import_dataset
+from merge_helpers import import_trusting_reports as import_dataset  # hand-written reports: --trust-reports
 from merge_helpers import (GEMM_NAME, capture, definitions_dir, gemm_definition_record, read_jsonl,  # noqa: F401
                            replay_by_hand, rows_by_uuid, tree_digest, validated, write_report)
 
@@ -104,7 +104,7 @@ def test_one_failing_case_refuses_the_whole_import(validated, tmp_path):
     replay_by_hand(src, fail={bad})
     dst = tmp_path / "dst"
     dst_before = None
-    result = runner.invoke(app, ["import", str(src), str(dst)])
+    result = runner.invoke(app, ["import", "--trust-reports", str(src), str(dst)])
     assert result.exit_code == 1
     assert f"workload {bad} ({GEMM_NAME}) is not validated: status is 'failed'" in result.output
     assert "pass --only-passed" in result.output
@@ -172,7 +172,7 @@ def test_uuid_conflict_refuses_whole_import_naming_uuid_and_paths(validated, tmp
 
     DatasetWriter(src).commit()
     before = tree_digest(dst)
-    result = runner.invoke(app, ["import", str(src), str(dst)])
+    result = runner.invoke(app, ["import", "--trust-reports", str(src), str(dst)])
     assert result.exit_code == 1
     assert f"uuid {victim}: SRC {ROWS}:1 and DST {ROWS}:" in result.output
     assert "nothing was written" in result.output
@@ -230,7 +230,7 @@ def test_dry_run_says_what_would_happen_and_writes_nothing(validated, tmp_path):
 
     DatasetWriter(src).commit()
     before, src_before = tree_digest(dst), tree_digest(src)
-    result = runner.invoke(app, ["import", str(src), str(dst), "--dry-run", "--json"])
+    result = runner.invoke(app, ["import", "--trust-reports", str(src), str(dst), "--dry-run", "--json"])
     assert result.exit_code == 1
     document = json.loads(result.output)
     assert document["dry_run"] is True
@@ -239,13 +239,13 @@ def test_dry_run_says_what_would_happen_and_writes_nothing(validated, tmp_path):
     assert len(document["added"]) == 3 and document["dataset_id"] is None
     assert tree_digest(dst) == before and tree_digest(src) == src_before
     fresh = tmp_path / "never-created"
-    assert runner.invoke(app, ["import", str(src), str(fresh), "--dry-run", "--only-passed"]).exit_code == 0
+    assert runner.invoke(app, ["import", "--trust-reports", str(src), str(fresh), "--dry-run", "--only-passed"]).exit_code == 0
     assert not fresh.exists()
 
 
 def test_import_cli_reports_counts(validated, tmp_path):
     src = validated(rows=2)
-    result = runner.invoke(app, ["import", str(src), str(tmp_path / "dst")])
+    result = runner.invoke(app, ["import", "--trust-reports", str(src), str(tmp_path / "dst")])
     assert result.exit_code == 0, result.output
     assert "added 2 workload(s), skipped 0 already present, left out 0; blobs: 5 linked, 0 copied" in result.output
 
@@ -319,7 +319,7 @@ def test_changed_definition_conflicts_even_when_every_row_is_already_there(valid
 
 def test_dst_that_is_another_layout_is_a_usage_error(validated, seed_dataset):
     seed_root, _ = seed_dataset
-    result = runner.invoke(app, ["import", str(validated(rows=1)), str(seed_root)])
+    result = runner.invoke(app, ["import", "--trust-reports", str(validated(rows=1)), str(seed_root)])
     assert result.exit_code == 2
     assert f"{seed_root}: DST is not an ikdata dataset; import into an ikdata dataset or a new folder" in result.output
 
@@ -342,10 +342,10 @@ def test_src_without_manifest_gets_an_id_computed_without_writing_into_it(tmp_pa
 def test_dry_run_counts_the_blobs_it_would_bring_in_and_writes_nothing(validated, tmp_path):
     src = validated(rows=2)
     dst = tmp_path / "dst"
-    dry = runner.invoke(app, ["import", str(src), str(dst), "--dry-run"])
+    dry = runner.invoke(app, ["import", "--trust-reports", str(src), str(dst), "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert "would add 2 workload(s), skipped 0 already present, left out 0; blobs: 5 new, 0 already present" \
         in dry.output
     assert not dst.exists()
-    real = runner.invoke(app, ["import", str(src), str(dst)])
+    real = runner.invoke(app, ["import", "--trust-reports", str(src), str(dst)])
     assert "blobs: 5 linked, 0 copied, 0 already present" in real.output

@@ -64,7 +64,7 @@ def test_import_copies_packed_source_blobs_out_loose(make_ikdata_dataset, tmp_pa
     pack_dataset(src)
     _validated(src, tmp_path)
     dst = tmp_path / "dst"
-    import_dataset(src, dst)
+    import_dataset(src, dst, definitions=[tmp_path / "trusted"])  # its reference re-judges the report
     assert manifest.blob_set(dst) == expected
     assert not (dst / "blob" / "packs").exists() and len(loose_blobs(dst)) == expected["count"]
     assert validate(ikdata.open(dst), deep=True).ok
@@ -74,7 +74,7 @@ def test_import_into_a_packed_dataset(make_ikdata_dataset, tmp_path):
     dst = make_ikdata_dataset(2, seed=1)
     pack_dataset(dst)
     src = _validated(make_ikdata_dataset(3, seed=1), tmp_path)  # dst's rows and blobs, and one more row
-    result = import_dataset(src, dst)
+    result = import_dataset(src, dst, definitions=[tmp_path / "trusted"])
     assert validate(ikdata.open(dst), deep=True).ok
     assert len(loose_blobs(dst)) == 2  # only the new row's A and C came in; the shared W stayed packed
     assert result is not None
@@ -102,7 +102,7 @@ def test_push_clone_pull_of_a_packed_dataset(make_ikdata_dataset, tmp_path, back
     # pull into a packed dataset with other rows: merged by import's rules
     other = make_ikdata_dataset(2, seed=7)
     pack_dataset(other)
-    pull(url, other)
+    pull(url, other, definitions=[tmp_path / "trusted"])  # the remote's report is re-judged
     assert validate(ikdata.open(other), deep=True).ok
     assert sum(1 for _ in ikdata.open(other).workloads()) == 5
 
@@ -127,14 +127,14 @@ def test_pull_takes_blobs_the_local_dataset_holds_packed_from_its_packs(make_ikd
     url = f"s3://ikdata-test/have-{uuid.uuid4().hex[:8]}"
     push(root, url)
     local = tmp_path / "local"
-    import_dataset(root, local)  # the same rows and blobs, then packed
+    import_dataset(root, local, definitions=[tmp_path / "trusted"])  # the same rows and blobs, then packed
     pack_dataset(local)
     other = make_ikdata_dataset(1, seed=9)  # one more validated row, pushed on top
     _validated(other, tmp_path)
-    pull(url, other)
+    pull(url, other, definitions=[tmp_path / "trusted"])  # the remote's report is re-judged
     push(other, url)
     s3_requests.clear()
-    pull(url, local)
+    pull(url, local, definitions=[tmp_path / "trusted"])
     blob_gets = [r for r in s3_requests if r.startswith("GET") and "/blob/" in r]
     assert len(blob_gets) == 3  # only the new row's A, W and C; the rest came from local packs
     assert validate(ikdata.open(local), deep=True).ok
@@ -150,5 +150,5 @@ def test_import_refuses_a_corrupt_packed_source_naming_the_pack(make_ikdata_data
     data[-1] ^= 0xFF
     pack.write_bytes(bytes(data))
     with pytest.raises(ProblemsFound, match=pack.name):
-        import_dataset(src, tmp_path / "dst")
+        import_dataset(src, tmp_path / "dst", definitions=[tmp_path / "trusted"])
     assert not (tmp_path / "dst" / "receipts.jsonl").exists()  # nothing imported

@@ -91,12 +91,13 @@ def test_pull_merges_into_a_dataset_with_data(tmp_path, make_dataset, gemm_recor
     url = f"memory://ikdata-tests/pull-merge-{tmp_path.name}"
     assert _run("push", str(a), url).exit_code == 0
 
-    pulled = _run("pull", url, str(b), "--json")
+    trusted = str(tmp_path / "trusted-definitions")  # the remote's report is re-judged by this reference
+    pulled = _run("pull", url, str(b), "--json", "--definitions", trusted)
     assert pulled.exit_code == 0, pulled.output
     document = json.loads(pulled.output)
     assert document["how"] == "pull" and document["added"] == 2
     assert document["remote_id"] in [p["id"] for p in manifest.read(b)["parents"]]
-    again = json.loads(_run("pull", url, str(b), "--json").output)
+    again = json.loads(_run("pull", url, str(b), "--json", "--definitions", trusted).output)
     assert again["blobs_fetched"] == 0  # everything is already there
 
     deep = _run("validate", str(b), "--deep", "--json")
