@@ -122,7 +122,7 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
     if key is None or dot:
         found = graph(path)
         if dot:
-            typer.echo(found.to_dot(), nl=False)
+            typer.echo(out.terminal_safe(found.to_dot()), nl=False)
         elif not o.human:
             o.result(found.to_dict())
         else:
