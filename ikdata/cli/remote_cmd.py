@@ -47,14 +47,19 @@ def _options(endpoint_url: str | None, profile: str | None, revision: str | None
 @app.command(epilog=PUSH_EXAMPLES)
 def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_default=False)], url: UrlArg,
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
-         revision: RevisionOpt = None, quiet: QuietOpt = False) -> None:
-    """Publish a dataset: only the blobs the remote lacks, then the files, then the manifest (last, atomically)."""
+         revision: RevisionOpt = None, quiet: QuietOpt = False, definitions: DefinitionsOpt = None,
+         trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False) -> None:
+    """Publish a dataset: only the blobs the remote lacks, then the files, then the manifest (last, atomically).
+    When another pusher got there first, their data is merged in first by the rules of pull (re-judged
+    unless --trust-reports)."""
     from ikdata.remote import push as push_mod
 
+    judging = dict(definitions=definitions or (), trust=check_trusted_digests(trust), trust_reports=trust_reports,
+                   rejudge_all=rejudge_all)
     o = out.Output(json=json_, quiet=quiet)
     with o.progress("push", unit="objects") as progress:
         result = push_mod.push(path, url, options=_options(endpoint_url, profile, revision), jobs=jobs,
-                               progress=progress)
+                               progress=progress, **judging)
     if not o.human:
         o.result(result.to_dict())
         return

@@ -119,7 +119,7 @@ def local_snapshot(root: str | os.PathLike) -> LocalSnapshot:
 
 
 def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
-         progress: ProgressCallback | None = None, rebase: bool = True) -> PushResult:
+         progress: ProgressCallback | None = None, rebase: bool = True, **judging: Any) -> PushResult:
     """Publish a dataset: missing blobs, then missing small files, then the manifest (conditionally).
 
     Args:
@@ -129,6 +129,8 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
         jobs: parallel transfers.
         progress: called with :class:`~ikdata.remote.transfer.Progress` as objects are sent.
         rebase: merge a remote that holds data the local dataset lacks (else refuse).
+        judging: how that merge takes the remote's verdicts, as for :func:`ikdata.remote.pull.pull`
+            (``definitions``, ``trust``, ``trust_reports``, ``rejudge_all``).
 
     Raises:
         UsageError: the local dataset has uncommitted changes.
@@ -155,7 +157,7 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
                         raise _diverged(backend, local, remote_id)
                     # After the merge the local dataset holds the remote's workloads by import's rules
                     # (deduped by uuid), even when their lines differ (e.g. a validation attached).
-                    _merge_remote(backend, local, remote_id, url, options, jobs)
+                    _merge_remote(backend, local, remote_id, url, options, jobs, judging)
                     merged.append(remote_id)
                     local = local_snapshot(local.root)
                     continue
@@ -303,11 +305,11 @@ def _diverged(backend: Backend, local: LocalSnapshot, remote_id: str) -> RemoteE
 
 
 def _merge_remote(backend: Backend, local: LocalSnapshot, remote_id: str, url: str,
-                  options: RemoteOptions | None, jobs: int) -> None:
+                  options: RemoteOptions | None, jobs: int, judging: dict[str, Any]) -> None:
     from ikdata.remote.pull import pull
 
     try:
-        pull(url, local.root, options=options, jobs=jobs)
+        pull(url, local.root, options=options, jobs=jobs, **judging)
     except RemoteError:
         raise
     except IkdataError as exc:

@@ -27,7 +27,7 @@ def _remote_id(url: str) -> str | None:
     return manifest.dataset_id(orjson.loads(data)) if data else None
 
 
-def _race(a, url, b_push):
+def _race(a, url, b_push, **judging):
     """Push ``a``, running ``b_push()`` once when A is about to publish its manifest."""
     fired = []
 
@@ -37,7 +37,7 @@ def _race(a, url, b_push):
             b_push()
 
     with faults.observe(on_checkpoint):
-        return push_mod.push(a, url)
+        return push_mod.push(a, url, **judging)
 
 
 def test_conditional_put_refuses_a_stale_manifest(remote_url):
@@ -126,7 +126,8 @@ def test_losers_with_validated_data_rebase_and_the_remote_holds_both(make_datase
     replay_and_commit(b, tmp_path, gemm_record)
     b_id = manifest.current_id(b)
 
-    result = _race(a, url, lambda: push_mod.push(b, url))
+    # the loser re-judges the winner's verdicts with the definitions it trusts (a report from elsewhere is a claim)
+    result = _race(a, url, lambda: push_mod.push(b, url), definitions=[tmp_path / "trusted-definitions"])
     assert result.merged == (b_id,) and result.published
     final = _remote_id(url)
     assert final == manifest.current_id(a)
