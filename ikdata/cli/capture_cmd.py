@@ -69,7 +69,7 @@ def capture(
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
         provenance=provenance, streams=_split(streams))
     o = out.Output(json=json_, quiet=quiet)
-    from ikdata.ops import trajectories
+    from ikdata.diffusion import views as trajectories
 
     before = trajectories.ids(into)
     with out.stdout_to_stderr(json_):  # the program's own output must not mix with the JSON document

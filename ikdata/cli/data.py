@@ -85,7 +85,7 @@ def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(
 
     o = out.Output(json=json_, quiet=quiet)
     ds = open_dataset(path, definitions)
-    from ikdata.ops.trajectories import describe as describe_trajectory
+    from ikdata.diffusion.views import describe as describe_trajectory
 
     trajectory = describe_trajectory(ds, uuid)  # a diffusion trajectory id (prefix) shows the trajectory
     if trajectory is not None:

@@ -68,7 +68,7 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
     o = out.Output(json=json_, quiet=quiet)
     trust = check_trusted_digests(trust)
     if src.suffix == ".jsonl" and src.is_file():  # OpenAI-compatible completions -> sampling workloads
-        from ikdata.importing.completions import import_completions
+        from ikdata.sampling.completions import import_completions
 
         found = import_completions(src, dst, dry_run=dry_run)
         o.result(found.to_dict(), lambda: out.info(found.summary()))

@@ -34,7 +34,7 @@ def noise_command(
     """Draw the initial noise of recipe cpu-randn-float32/1 and print its digest, so another engine can prove
     it started from the same noise."""
     from ikdata.capture.config import parse_size
-    from ikdata.core import noise
+    from ikdata.diffusion import noise
     from ikdata.core.errors import UsageError
 
     noise.check_seed(seed)
@@ -67,7 +67,7 @@ def noise_command(
 def _save(path: Path, tensors: dict, found: str) -> None:
     from safetensors.torch import save
 
-    from ikdata.core import noise
+    from ikdata.diffusion import noise
     from ikdata.core.store import write_atomic
 
     data = save(tensors, metadata={"recipe": noise.RECIPE, "digest": found})

@@ -154,8 +154,8 @@ def replay_combine(
 
 def _diffusion_settings(pipeline: Optional[str], clips: Optional[list[str]], attention: str, floor_attention: str,
                         k: Optional[float], eps: Optional[float], seed: Optional[int] = None) -> Any:
-    """The trajectory judge's settings from the options (ikdata.replay.diffusion.Settings)."""
-    from ikdata.replay.diffusion import Settings
+    """The trajectory judge's settings from the options (ikdata.diffusion.replay.Settings)."""
+    from ikdata.diffusion.replay import Settings
 
     named: dict[str, str] = {}
     for item in clips or ():
@@ -171,7 +171,7 @@ def _print_trajectories(report: dict[str, Any]) -> None:
     """Per trajectory: steps passed, worst e/f and where, the first failure, PSNR."""
     from rich.table import Table
 
-    from ikdata.replay import diffusion_table
+    from ikdata.diffusion import table as diffusion_table
 
     rows = diffusion_table.rows(report)
     if not rows:
@@ -226,7 +226,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         parts.append(f"{len(summary['refused'])} definitions refused")
     if summary.get("problems"):
         parts.append(f"{len(summary['problems'])} unreadable records")
-    from ikdata.replay.sampling import verdict_lines
+    from ikdata.sampling.judge import verdict_lines
 
     for line in verdict_lines(summary.get("sampling") or []):  # alpha, p-values and detectable shifts
         out.info(line)

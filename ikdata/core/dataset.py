@@ -268,7 +268,7 @@ class Dataset:
             problems += content.problems
             for _, record in content.records:
                 uses.update(blob_paths(record))
-        from ikdata.core.trajectories import referenced_paths  # diffusion trajectories and stored models
+        from ikdata.diffusion.trajectories import referenced_paths  # diffusion trajectories and stored models
 
         more, more_problems = referenced_paths(self.root)
         uses.update(more)

@@ -41,7 +41,7 @@ def bytes_digest(data: bytes) -> str:
 
 def parts_digest(parts: Any) -> str:
     """Hex sha256 over byte chunks (any buffers) in order: for digests defined by a sequence of parts,
-    such as the noise recipe's (:mod:`ikdata.core.noise`)."""
+    such as the noise recipe's (:mod:`ikdata.diffusion.noise`)."""
     h = hashlib.sha256()
     for part in parts:
         h.update(part)

@@ -39,7 +39,7 @@ from ikdata.core.tolerances import JUDGE_BOUNDS, JUDGE_REASONS
 ENTRY_POINT_GROUP = "ikdata.judges"
 ENV = "IKDATA_JUDGES"
 SHIPPED = "shipped"
-STATISTICAL = ("sampling",)  # shipped judges of groups of workloads (ikdata.replay.sampling), not of one output
+STATISTICAL = ("sampling",)  # shipped judges of groups of workloads (ikdata.sampling.judge), not of one output
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
     """
     reasons: list[str] = []
     if isinstance(case.get("trajectory"), Mapping):  # a diffusion trajectory or one of its denoiser steps
-        from ikdata.core.trajectory_verdicts import recheck as recheck_trajectory
+        from ikdata.diffusion.verdicts import recheck as recheck_trajectory
 
         return recheck_trajectory(case)
     status = case.get("status")
@@ -125,7 +125,7 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
             reasons.append(f"{output}: tolerance or metrics missing")
             continue
         if spec.get("judge") == "sampling":  # statistical: recomputed from the report's cases (docs/sampling.md)
-            from ikdata.core.sampling_groups import recheck_case
+            from ikdata.sampling.groups import recheck_case
 
             reasons += [f"{output}: {r}" for r in recheck_case(case, report, spec, found, definition)]
         elif "judge" in spec:

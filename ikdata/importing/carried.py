@@ -19,8 +19,8 @@ import re
 
 import orjson
 
-from ikdata.core import trajectories as traj_mod
-from ikdata.core.models import model_relpath
+from ikdata.diffusion import trajectories as traj_mod
+from ikdata.diffusion.models import model_relpath
 from ikdata.core.paths import text_refusal
 from ikdata.core.problems import Problem
 from ikdata.core.store import blob_path

@@ -63,12 +63,12 @@ def _resolve(spec: str | None) -> Callable[..., Any] | None:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("sampling", owns="ikdata.replay.sampling:is_sampling", execute="ikdata.replay.sampling:execute_case",
-           finish="ikdata.replay.sampling:finish", regroup="ikdata.replay.sampling:regroup",
-           capture="ikdata.capture.sampling"),
-    Family("diffusion", owns="ikdata.replay.diffusion:is_denoiser", settle="ikdata.replay.diffusion:settle_step",
-           finish="ikdata.replay.diffusion:finish", regroup="ikdata.core.trajectory_verdicts:regroup",
-           blobs="ikdata.replay.diffusion:blob_paths", capture="ikdata.capture.diffusion", needs_whole_run=True),
+    Family("sampling", owns="ikdata.sampling.judge:is_sampling", execute="ikdata.sampling.judge:execute_case",
+           finish="ikdata.sampling.judge:finish", regroup="ikdata.sampling.judge:regroup",
+           capture="ikdata.sampling.capture"),
+    Family("diffusion", owns="ikdata.diffusion.replay:is_denoiser", settle="ikdata.diffusion.replay:settle_step",
+           finish="ikdata.diffusion.replay:finish", regroup="ikdata.diffusion.verdicts:regroup",
+           blobs="ikdata.diffusion.replay:blob_paths", capture="ikdata.diffusion.capture", needs_whole_run=True),
     Family("operators"),  # judged case by case by closeness or a metric judge: the replay loop itself
 )
 OPERATORS = FAMILIES[-1]

@@ -142,7 +142,7 @@ def _summary(record: dict) -> dict[str, Any]:
 
 def _trajectory_changes(left: Dataset, right: Dataset) -> tuple[tuple[TrajectoryChange, ...], tuple[str, ...],
                                                                   tuple[str, ...]]:
-    from ikdata.core import trajectories as traj_mod
+    from ikdata.diffusion import trajectories as traj_mod
 
     found = {}
     for side, ds in (("a", left), ("b", right)):

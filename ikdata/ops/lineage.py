@@ -58,8 +58,8 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     """:func:`_trace`, each chain with the pipeline call it is a step of (a diffusion trajectory), if any."""
     import dataclasses
 
-    from ikdata.core.trajectories import files
-    from ikdata.ops.trajectories import calls_of
+    from ikdata.diffusion.trajectories import files
+    from ikdata.diffusion.views import calls_of
 
     chains = _trace(path, key)
     if not files(Path(path)):
@@ -80,7 +80,7 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
     Example:
         >>> [c.capture["host"] for c in trace("shared/gemm", "3f2a")]
     """
-    from ikdata.ops.trajectories import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
+    from ikdata.diffusion.views import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
 
     stepped = None if DIGEST_RE.match(key) else step_chains(path, key, _trace)
     if stepped is not None:

@@ -48,8 +48,8 @@ def compute(ds: Dataset) -> Stats:
     with ThreadPoolExecutor(max_workers=1) as pool:
         scan = pool.submit(lambda: dict(ds.store.iter_blobs()))
         _count_records(ds, stats, paths)
-        from ikdata.core.trajectories import referenced_paths
-        from ikdata.ops.trajectories import count as count_trajectories
+        from ikdata.diffusion.trajectories import referenced_paths
+        from ikdata.diffusion.views import count as count_trajectories
 
         paths += referenced_paths(ds.root)[0]  # trajectory tensors and stored model weights, once per use
         stats.trajectories = count_trajectories(ds).to_dict()

@@ -224,7 +224,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += _context_problems(ds, contexts)
     problems += ds.problems
-    from ikdata.ops.trajectories import validate_trajectories  # diffusion trajectories and model records
+    from ikdata.diffusion.views import validate_trajectories  # diffusion trajectories and model records
 
     found, trajectory_uses, report.trajectories = validate_trajectories(ds, set(rows_by_uuid))
     problems += found

@@ -162,7 +162,7 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
         reuse: take the verdict of an identical case judged before (see :mod:`ikdata.replay.reuse`).
         cache_path: the reuse cache file (default :func:`default_cache_path`).
         progress: called after every case (library code never prints).
-        diffusion: how trajectories are judged (:class:`ikdata.replay.diffusion.Settings`; default settings).
+        diffusion: how trajectories are judged (:class:`ikdata.diffusion.replay.Settings`; default settings).
         uuids: only these workloads (import re-judges a source's claims so); like ``definitions``, a narrowed
             run leaves out the families that need the whole run (trajectories).
 

@@ -134,7 +134,7 @@ def captured(capture_into, tmp_path):
 
 
 def _rewrite(root, change):
-    from ikdata.core.trajectories import trajectory_id
+    from ikdata.diffusion.trajectories import trajectory_id
 
     path = root / "trajectories" / "DDIMPipeline.jsonl"
     record = json.loads(path.read_text())

@@ -49,7 +49,7 @@ def test_every_step_of_every_stream_is_captured(name, capture_into, tmp_path):
     assert record["noise"]["check"] == {s: True for s in streams}
     assert record["noise"]["seed"] == kwargs["generator"].initial_seed()
     assert [s["name"] for s in record["noise"]["streams"]] == streams
-    from ikdata.core import noise
+    from ikdata.diffusion import noise
 
     expected = noise.recipe_digest(record["noise"]["seed"], [noise.Stream(s["name"], tuple(s["shape"]))
                                                              for s in record["noise"]["streams"]])
@@ -127,7 +127,7 @@ def test_denoiser_reference_reproduces_the_output_with_the_stored_model(capture_
 
     from ikdata.core.dataset import Dataset
     from ikdata.core.definitions import load_reference
-    from ikdata.core.models import read_record
+    from ikdata.diffusion.models import read_record
 
     capture_into()
     pipe, kwargs = tiny.ltx(steps=2)

@@ -10,14 +10,14 @@ from diffusion_helpers import trajectories
 
 
 def test_model_digest_is_over_names_and_tensor_digests_in_any_order():
-    from ikdata.core.models import model_digest
+    from ikdata.diffusion.models import model_digest
 
     assert model_digest({"a": "1" * 64, "b": "2" * 64}) == model_digest({"b": "2" * 64, "a": "1" * 64})
     assert model_digest({"a": "1" * 64, "b": "2" * 64}) != model_digest({"a": "2" * 64, "b": "1" * 64})
 
 
 def test_the_model_record_names_every_weight_by_its_store_digest(capture_into, tmp_path):
-    from ikdata.core.models import read_record
+    from ikdata.diffusion.models import read_record
     from ikdata.core.store import raw_tensor
 
     capture_into()
@@ -36,7 +36,7 @@ def test_the_model_record_names_every_weight_by_its_store_digest(capture_into, t
 def test_a_large_model_is_recorded_by_digests_and_resolved_from_a_folder(capture_into, tmp_path, monkeypatch):
     import torch
 
-    from ikdata.core import models
+    from ikdata.diffusion import models
     from ikdata.core.errors import StoreError
 
     monkeypatch.setattr(models, "DEFAULT_STORE_LIMIT", 0)  # every model counts as large

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ikdata.cli import app
-from ikdata.core import noise
+from ikdata.diffusion import noise
 from ikdata.core.errors import UsageError
 
 

@@ -100,7 +100,7 @@ def test_without_pipeline_or_clip_the_decode_check_says_how_to_run_it(reference_
 
 
 def test_psnr_is_capped_and_luma_based():
-    from ikdata.replay.decode_check import psnr
+    from ikdata.diffusion.decode_check import psnr
 
     a = np.zeros((4, 4, 3), np.uint8)
     assert psnr(a, a) == 100.0

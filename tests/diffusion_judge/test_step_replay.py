@@ -148,7 +148,7 @@ def test_a_trajectory_from_another_seed_fails_the_noise_check(reference_capture,
 def test_a_schedule_mismatch_stops_at_step_0(reference_capture, tmp_path):
     import shutil
 
-    from ikdata.core.trajectories import trajectory_id
+    from ikdata.diffusion.trajectories import trajectory_id
 
     root = tmp_path / "ds"
     shutil.copytree(reference_capture, root)

@@ -50,7 +50,7 @@ def _operator(tmp: Path, broken: bool):
 
 
 def _sampling(tmp: Path, broken: bool):
-    from ikdata.importing.completions import import_completions
+    from ikdata.sampling.completions import import_completions
 
     rng = np.random.default_rng(5)
     lp = np.array([-0.5, -1.5, -2.0, -2.6, -3.1])

@@ -1,5 +1,5 @@
 """Test samplers: a correct one under each cut order (vectorised, by a full sort) and the buggy ones the judge
-must catch. Independent of ikdata.core.sampling's implementation (a second reading of the same rules)."""
+must catch. Independent of ikdata.sampling.distribution's implementation (a second reading of the same rules)."""
 
 from __future__ import annotations
 

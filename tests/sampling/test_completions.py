@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ikdata.core.errors import ProblemsFound
-from ikdata.importing.completions import import_completions, read_completions
+from ikdata.sampling.completions import import_completions, read_completions
 
 
 def _line(**changes):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from ikdata.core import sampling as S
-from ikdata.core.sampling_topk import implied
+from ikdata.sampling import distribution as S
+from ikdata.sampling.topk import implied
 from samplers import draw, kept_probs, logits
 
 W_MIN_P = [1, .5, .3, .05, .04, .02, .01, .005]  # top_p 0.8, min_p 0.1: hf keeps 3, vllm 2

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ikdata.core.sampling import Settings
-from ikdata.core.sampling_groups import decide
-from ikdata.core.sampling_records import record_logits
+from ikdata.sampling.distribution import Settings
+from ikdata.sampling.groups import decide
+from ikdata.sampling.records import record_logits
 from samplers import draw, kept_probs, logits
 
 

@@ -15,8 +15,8 @@ import zlib
 import numpy as np
 import pytest
 
-from ikdata.core import sampling as S
-from ikdata.core import sampling_stats as T
+from ikdata.sampling import distribution as S
+from ikdata.sampling import stats as T
 from samplers import draw, kept_probs, logits
 
 N_POSITIONS = 2000  # recommended: one draw per position (docs/sampling.md)

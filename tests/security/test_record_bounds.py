@@ -84,7 +84,7 @@ def captured(tmp_path_factory) -> Path:
 def hostile(captured: Path, tmp_path: Path, change) -> Path:
     """A copy of the capture whose trajectory ``change(record, root)`` edited, with a matching id and
     manifest (as an attacker would write it)."""
-    from ikdata.core.trajectories import trajectory_id
+    from ikdata.diffusion.trajectories import trajectory_id
     from ikdata.core.writer import DatasetWriter
 
     root = tmp_path / "ds"

@@ -46,7 +46,8 @@ def capture(root: Path, steps: int) -> None:
 def _judge(root: Path, device: str, settings) -> tuple[float, int, float]:
     """(seconds in the trajectory judge, step indices replayed, median seconds of one step)."""
     import ikdata
-    from ikdata.replay import diffusion, runner
+    from ikdata.replay import runner
+    from ikdata.diffusion import replay as diffusion
 
     ds = ikdata.open(root)
     run, _, _ = runner._start(ds, device=device, definitions=None, shard=None, resume=False,
@@ -65,7 +66,7 @@ def bare_forward(root: Path, device: str, rounds: int) -> float:
     import torch
 
     import ikdata
-    from ikdata.core import models
+    from ikdata.diffusion import models
     from ikdata.core.definitions import load_reference
     from ikdata.core.records import TensorRef
 
@@ -100,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from ikdata.replay.diffusion import Settings
+    from ikdata.diffusion.replay import Settings
 
     torch.set_num_threads(1)
     steps, rounds = (3, 1) if args.quick else (6, 3)

@@ -57,7 +57,7 @@ def engine_overhead(rounds: int, steps: int, into: Path) -> dict:
     pipe = tiny_video.build(layers=4)  # one step (CFG batch, both streams) takes well over 50 ms on one thread
     kwargs = tiny_video.call_kwargs(seed=1, steps=steps)
     kwargs["output_type"] = "latent"
-    from ikdata.capture import diffusion
+    from ikdata.diffusion import capture as diffusion
 
     bare, captured, bare_calls, captured_calls, ops_only = [], [], [], [], []
     boot.install(CaptureConfig(into=str(into), only=("rmsnorm_f32_h99991",)))  # trajectories only

@@ -5,7 +5,7 @@ few strong tokens per row), then timed in the same run:
 
 * baseline: a numpy softmax over the chunk (max, subtract, exp, sum, divide): the least
   any judge must do, since the kept distribution needs every token's weight;
-* ``ikdata.core.sampling.judge_logits`` on the same chunk: the kept set under every cut
+* ``ikdata.sampling.distribution.judge_logits`` on the same chunk: the kept set under every cut
   order, the exclusions, the outside check and the randomized PIT of each draw.
 
 Settings vary per row the way a server's requests do (temperature 0 / 0.6 / 0.7 / 1.0,
@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import load_average  # noqa: E402
 
-from ikdata.core.sampling import Settings, judge_logits  # noqa: E402
+from ikdata.sampling.distribution import Settings, judge_logits  # noqa: E402
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ tolerance); ``vocab_size`` bounds how many there are. From that, the largest tem
 they can add is bounded (:func:`_unlisted_weight`), and every cut (top-k, top-p under each
 order, min-p) must come out the same for any unlisted weight in range and for log-probabilities
 moved by the tolerance. Otherwise :func:`implied` names the reason (``beyond_top``,
-``boundary``, ``min_p_order``, ``top_p_order``, ``bad_logprobs``; see :mod:`ikdata.core.sampling`).
+``boundary``, ``min_p_order``, ``top_p_order``, ``bad_logprobs``; see :mod:`ikdata.sampling.distribution`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ikdata.core.sampling import ANY, GREEDY_T, LOGPROB_TOL, ORDERS, UNSEEN_EPS
+from ikdata.sampling.distribution import ANY, GREEDY_T, LOGPROB_TOL, ORDERS, UNSEEN_EPS
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ logits with per-row settings (``logits``, ``temperature``, ``top_k``, ``top_p``,
 ``seed``: what capture at the sampler records) or a server's top-K list with n seeded
 draws (``logprobs``, the settings as scalars, ``vocab_size``, ``seeds``: what
 ``ikdata import`` of completions writes). The distribution the draws must come from is
-computed by :mod:`ikdata.core.sampling` from those inputs under the declared cut order; the
+computed by :mod:`ikdata.sampling.distribution` from those inputs under the declared cut order; the
 definition's reference returns the same post-cut probabilities for other tools.
 
 Per case (:func:`execute`): a draw outside the kept set fails the case at once, naming the
 workload; otherwise the case waits (``skipped``, "awaiting ...") for :func:`decide_all`, the
 post-pass that pools every case of the definition in the report (resumed ones included)
-and sets each case's final status (:mod:`ikdata.core.sampling_groups`). The pooled tests
+and sets each case's final status (:mod:`ikdata.sampling.groups`). The pooled tests
 are listed under the report's ``"sampling"``.
 """
 
@@ -25,10 +25,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ikdata.core.errors import DefinitionError, RecordError
-from ikdata.core.sampling import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
-from ikdata.core.sampling_groups import JUDGE, decide, describe_test, is_sampling_case
-from ikdata.core.sampling_records import record_logits, record_top_logprobs
-from ikdata.core.sampling_stats import DEFAULT_ALPHA
+from ikdata.sampling.distribution import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
+from ikdata.sampling.groups import JUDGE, decide, describe_test, is_sampling_case
+from ikdata.sampling.records import record_logits, record_top_logprobs
+from ikdata.sampling.stats import DEFAULT_ALPHA
 from ikdata.core.status import Status
 
 AWAITING = "awaiting the pooled test of its definition (run replay to the end)"

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ikdata.core.errors import RecordError
-from ikdata.core.trajectory_verdicts import AUDIO_SNR_DB, PSNR_CAP_DB, PSNR_MEAN_DB, PSNR_WORST_DB
+from ikdata.diffusion.verdicts import AUDIO_SNR_DB, PSNR_CAP_DB, PSNR_MEAN_DB, PSNR_WORST_DB
 
 MAX_AUDIO_LAG = 4096  # samples searched either way when aligning the codec's delay
 

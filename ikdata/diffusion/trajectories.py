@@ -192,12 +192,12 @@ def limit_problems(record: dict, *, largest: int | None) -> list[tuple[str, str]
     - step counts (``request.steps``, ``request.num_inference_steps``, integer scheduler settings whose name
       says steps, such as ``num_train_timesteps``): at most :data:`MAX_SCHEDULE_STEPS`, or the number of steps
       the record lists when that is more (a schedule's arrays grow with them);
-    - the noise recipe: a seed the generator takes, at most :data:`~ikdata.core.noise.MAX_DIMS` dimensions a
+    - the noise recipe: a seed the generator takes, at most :data:`~ikdata.diffusion.noise.MAX_DIMS` dimensions a
       stream, and in all at most :data:`NOISE_FACTOR` times ``largest``: the elements of the largest tensor
       the trajectory holds (a latent, or a decoded output: a selection may leave a stream's latents out,
       but the recipe still draws that stream's noise); None: not known, not checked.
     """
-    from ikdata.core import noise as noise_mod
+    from ikdata.diffusion import noise as noise_mod
 
     found: list[tuple[str, str]] = []
     steps = record.get("steps") if isinstance(record.get("steps"), list) else []
@@ -268,7 +268,7 @@ def referenced_paths(root: str | Path) -> tuple[list[str], list[Problem]]:
     """Every blob path the trajectories and the stored model records of a dataset name, once per use,
     and the unreadable lines met: what gc keeps, what a pull fetches, what stats counts, beside the
     rows and receipts."""
-    from ikdata.core.models import MODELS_DIR, read_record
+    from ikdata.diffusion.models import MODELS_DIR, read_record
     from ikdata.core.paths import PathResolver
     from ikdata.core.store import blob_path
 
@@ -300,7 +300,7 @@ def referenced_paths(root: str | Path) -> tuple[list[str], list[Problem]]:
 
 
 def _model_path(digest: Any) -> str | None:
-    from ikdata.core.models import model_relpath
+    from ikdata.diffusion.models import model_relpath
 
     ok = isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
     return model_relpath(digest) if ok else None

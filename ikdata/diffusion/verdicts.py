@@ -1,6 +1,6 @@
 """Verdicts of a diffusion trajectory's replay, from its measurements: one rule, torch-free.
 
-The replay (:mod:`ikdata.replay.diffusion`) measures, per step and stream, ``e`` (the engine's output
+The replay (:mod:`ikdata.diffusion.replay`) measures, per step and stream, ``e`` (the engine's output
 against the reference's, relative L2), ``f`` (the reference against itself with another exact
 attention kernel), the chain error, continuity, the initial noise and the decoded clip's PSNR; this
 module decides. The same functions decide when replay writes a case and when import re-checks one

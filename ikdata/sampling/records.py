@@ -3,7 +3,7 @@
 Two sources: full raw logits (:func:`record_logits`, what capture at the sampler gives)
 and a server's top-K log-probabilities with the draws of n seeded requests
 (:func:`record_top_logprobs`, what ``ikdata import`` of completions gives). Both give the
-same record, which :func:`ikdata.core.sampling_groups.decide` pools per definition:
+same record, which :func:`ikdata.sampling.groups.decide` pools per definition:
 
 - ``positions``, ``judged``, ``greedy``, ``excluded`` (reason -> count);
 - ``outside`` and ``outside_examples``: draws outside the kept set (a failure at once);
@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.core.sampling import ANY, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings, judge_logits
-from ikdata.core.sampling_topk import implied
-from ikdata.core.sampling_stats import legendre, temperature_moments
+from ikdata.sampling.distribution import ANY, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings, judge_logits
+from ikdata.sampling.topk import implied
+from ikdata.sampling.stats import legendre, temperature_moments
 
 SMALL_KEPT = 64  # kept sets up to this size are recorded whole (their draws may form a TV test)
 MOMENT_SAMPLE = 256  # positions per case whose temperature moments are computed

@@ -1,19 +1,19 @@
 """Step replay of diffusion trajectories: every captured step judged against the reference's own floor.
 
-For every trajectory of a dataset (:mod:`ikdata.core.trajectories`) and every captured step and
+For every trajectory of a dataset (:mod:`ikdata.diffusion.trajectories`) and every captured step and
 stream, the reference denoiser runs on the trajectory's ``x`` (not on the reference's own previous
 step) with the step's captured conditioning (its denoiser workload), once with the reference
-attention and once with another exact attention (:mod:`ikdata.replay.floor`). Measured per step and
+attention and once with another exact attention (:mod:`ikdata.diffusion.floor`). Measured per step and
 stream: ``e`` = ‖out_engine − out_ref‖/‖out_ref‖ (L2, float64), the cosine, the floor ``f`` =
 ‖out_alt − out_ref‖/‖out_ref‖, and the chain error ‖x_next_engine − update(x_engine, out_engine)‖ /
 ‖x_next_engine‖ with the reference scheduler. Per trajectory: continuity (x_next of step i is x of
 step i+1, the final latent the last x_next), the initial noise against the recipe for the recorded
 seed, the schedule (another step count or other sigmas stop the trajectory at step 0), and the
-decode check (:mod:`ikdata.replay.decode_check`) when a reference pipeline and a clip are named.
+decode check (:mod:`ikdata.diffusion.decode_check`) when a reference pipeline and a clip are named.
 
 One trajectory is one case of the replay report (``definition`` ``trajectory:<pipeline class>``,
 ``uuid`` the trajectory id, measurements under ``trajectory``); the verdict is computed from the
-measurements by :mod:`ikdata.core.trajectory_verdicts`, the rule import re-checks with.
+measurements by :mod:`ikdata.diffusion.verdicts`, the rule import re-checks with.
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ikdata.core import noise as noise_mod
-from ikdata.core import trajectories as traj_mod
-from ikdata.core import trajectory_verdicts as rules
+from ikdata.diffusion import noise as noise_mod
+from ikdata.diffusion import trajectories as traj_mod
+from ikdata.diffusion import verdicts as rules
 from ikdata.core.errors import IkdataError, RecordError, UsageError
 from ikdata.core.records import Scalar, TensorRef
 from ikdata.core.repeats import first_receipts
 from ikdata.core.store import digest_from_path
-from ikdata.replay import families, floor
+from ikdata.diffusion import pipelines as families
+from ikdata.diffusion import floor
 
 PREFIX = "trajectory:"
 DENOISER_TAG = "ikdata:needs-model"
@@ -199,7 +200,7 @@ def _model(ctx: _Context, record: Mapping[str, Any], where: str | None = None,
     """``{"record", "state_dict"}`` of the trajectory's denoiser: the stored tensors (verified), or the
     reference pipeline's denoiser when its weights have the recorded digest. The model record is read
     through the path rule (``where``:``line``, the trajectory, locates a refusal)."""
-    from ikdata.core import models
+    from ikdata.diffusion import models
 
     summary = record.get("model")
     if not summary:
@@ -356,7 +357,7 @@ def scheduler_class(name: object, *, where: str | None = None, line: int | None 
 
 def _check_limits(ctx: _Context, traj: traj_mod.Trajectory) -> None:
     """Refuse a trajectory whose step counts, noise shapes or seed would size allocations beyond what the
-    dataset holds (:func:`ikdata.core.trajectories.limit_problems`, against the largest tensor it names,
+    dataset holds (:func:`ikdata.diffusion.trajectories.limit_problems`, against the largest tensor it names,
     by its blob's header), or whose scheduler class is not a diffusers scheduler.
 
     Raises:
@@ -617,7 +618,7 @@ def finish(run: Any, *, shard: Any = None, settings: Settings | None = None) -> 
 def blob_paths(ds: Any) -> list[str]:
     """Every blob judging the trajectories of ``ds`` may load: the trajectories' tensors, the denoiser
     workloads' inputs and expected outputs, stored models. What a replay from a URL fetches first."""
-    from ikdata.core import models
+    from ikdata.diffusion import models
 
     if not traj_mod.files(ds.root):
         return []
@@ -736,7 +737,7 @@ def _decode(ctx: _Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> d
     if not record["final"]:
         measures["decode"] = {"skipped": f"the trajectory is {record['status']} and has no final latents to decode"}
         return case
-    from ikdata.replay import decode_check
+    from ikdata.diffusion import decode_check
 
     started = time.perf_counter()
     where = f"{traj.source}:{traj.line}"

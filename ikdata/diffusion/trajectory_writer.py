@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from ikdata.capture.writer import leave_signals_to_the_main_thread
-from ikdata.core import jsonl, models, schema
+from ikdata.core import jsonl, schema
+from ikdata.diffusion import models
 from ikdata.core.definitions import workloads_relpath
 from ikdata.core.errors import RecordError
 from ikdata.core.locking import dataset_lock
 from ikdata.core.records import Receipt, Scalar, WorkloadRow
 from ikdata.core.store import PutResult
-from ikdata.core.trajectories import trajectory_id, trajectory_relpath
+from ikdata.diffusion.trajectories import trajectory_id, trajectory_relpath
 from ikdata.core.writer import DatasetWriter, default_provenance, workload_uuid
 
 BLOB_THREADS = 2
@@ -163,7 +164,7 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
             record.setdefault("skipped", {})["denoiser"] = why
     streams = _stream_order(rec)
     noise_streams = [(s, d) for s, (_, d) in zip(streams, rec.draws)]
-    from ikdata.core import noise as noise_mod
+    from ikdata.diffusion import noise as noise_mod
 
     check = {s: rec.noise_check.get(s, False) for s in streams}
     record = {
@@ -200,7 +201,7 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
 
 def _step_workloads(rec: Any, steps: list, writer: DatasetWriter, facts: dict) -> tuple[dict, dict, list]:
     """Rows and receipts of every step's scheduler-step and denoiser workloads, by file."""
-    from ikdata.capture.denoisers import shipped
+    from ikdata.diffusion.denoisers import shipped
 
     definitions = shipped()
     step_rows: dict[int, dict[str, list[str]]] = {}
@@ -325,7 +326,7 @@ def _pil_list(value: Any) -> Any:
 
 
 def _denoiser(rec: Any) -> Any:
-    from ikdata.capture.denoisers import denoiser_of
+    from ikdata.diffusion.denoisers import denoiser_of
 
     return denoiser_of(rec.pipe)
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ikdata.core import models
+from ikdata.diffusion import models
 from ikdata.core.dataset import Dataset
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.paths import UnsafePath
 from ikdata.core.problems import Problem
 from ikdata.core.records import TensorRef
-from ikdata.core.trajectories import Trajectory, check, read_all
+from ikdata.diffusion.trajectories import Trajectory, check, read_all
 
 # (where, line, pointer, ref, dtype, shape, context): a blob use for validate's header and digest checks
 BlobUse = tuple

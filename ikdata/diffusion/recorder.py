@@ -2,7 +2,7 @@
 
 The engine thread only copies tensors to host memory (``x``, the denoiser's ``out``, ``x_next``; an
 ``x`` that is the previous step's ``x_next`` is not copied again) and hands them to background
-threads that hash and store them (:mod:`ikdata.capture.trajectory_writer`). When the call returns
+threads that hash and store them (:mod:`ikdata.diffusion.trajectory_writer`). When the call returns
 (or raises, or the process ends), the recorder waits for its blobs, then writes the workload rows
 of each step, the model record and, last, the trajectory line: a trajectory never names a blob
 that is not on disk, and a killed process leaves blobs only (``ikdata gc`` reclaims them).
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ikdata.capture import selection
-from ikdata.capture.trajectory_writer import Blob, BlobQueue, write_trajectory
-from ikdata.core import noise as noise_mod
+from ikdata.diffusion.trajectory_writer import Blob, BlobQueue, write_trajectory
+from ikdata.diffusion import noise as noise_mod
 
 _OPEN: "weakref.WeakSet[TrajectoryRecorder]" = weakref.WeakSet()
 _SIGNATURES: dict[Any, inspect.Signature] = {}
@@ -235,7 +235,7 @@ class TrajectoryRecorder:
         self.noise_check[stream] = bool(same)
 
     def _install_denoiser_hook(self) -> None:
-        from ikdata.capture import denoisers
+        from ikdata.diffusion import denoisers
 
         module = denoisers.denoiser_of(self.pipe)
         if module is None or not hasattr(module, "register_forward_hook"):
@@ -247,7 +247,7 @@ class TrajectoryRecorder:
         self.hook_handle = module.register_forward_hook(self._on_forward, with_kwargs=True)
 
     def _on_forward(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        from ikdata.capture import denoisers
+        from ikdata.diffusion import denoisers
 
         main = self.main_name
         index = self.counts.get(main, 0)

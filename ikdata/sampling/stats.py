@@ -13,7 +13,7 @@ torch-free (numpy), so import's re-check can recompute a verdict.
 - **TV test** (many draws from one distribution): TV(histogram, p) against a simulated null
   of :data:`NULL_REPLICATES` multinomial histograms from p (seeded, recorded); the p-value is
   ``(1 + #{TV_null >= TV}) / (1 + replicates)``, valid at any n. The expected TV under the
-  null is also given in closed form (:func:`ikdata.core.sampling.expected_tv`).
+  null is also given in closed form (:func:`ikdata.sampling.distribution.expected_tv`).
 - **Detectable shift**: the smallest shift the test catches with power :data:`POWER` at the n
   at hand: for TV, mass moved from the most likely token to the least likely kept one; for
   the PIT test, a temperature error (the kept tokens drawn at T (1 + e) instead of T).
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ikdata.core.sampling import expected_tv, tv
+from ikdata.sampling.distribution import expected_tv, tv
 
 DEFAULT_ALPHA = 1e-3
 POWER = 0.9

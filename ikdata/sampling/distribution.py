@@ -16,7 +16,7 @@ otherwise it is excluded with the reason (``min_p_order``: hf and vllm differ;
 A cut within the tolerance (raw logits known to ``tol``) is ``boundary``. Greedy
 (temperature below :data:`GREEDY_T`) keeps the argmax; a near-tie is ``boundary``, not a failure.
 
-From a server's top-K list (:func:`ikdata.core.sampling_topk.implied`) the kept set must
+From a server's top-K list (:func:`ikdata.sampling.topk.implied`) the kept set must
 provably lie inside the listed tokens, or the position is excluded as ``beyond_top``;
 ``bad_logprobs`` marks non-finite or positive log-probabilities.
 

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ikdata.core.sampling_stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, legendre, pit_test,
+from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, legendre, pit_test,
                                         temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
 

@@ -10,7 +10,7 @@ from the video scheduler by identity, which an instance attribute could not: the
 it along, still bound to the video scheduler.
 
 A patched function costs one lookup when no capture is active. While a pipeline call runs, a
-:class:`~ikdata.capture.trajectory.TrajectoryRecorder` is active in that thread: scheduler steps
+:class:`~ikdata.diffusion.recorder.TrajectoryRecorder` is active in that thread: scheduler steps
 report to it, and ``torch.randn`` draws with a CPU generator are noted (the noise check).
 """
 
@@ -62,7 +62,7 @@ def active() -> Any:
 
 def abort_open() -> None:
     """Write every trajectory still open in this process as incomplete (the process is ending)."""
-    from ikdata.capture.trajectory import open_recorders
+    from ikdata.diffusion.recorder import open_recorders
 
     for recorder in open_recorders():
         try:
@@ -165,7 +165,7 @@ def _call_wrapper(original: Callable) -> Callable:
         capturer = _CAPTURER
         if capturer is None or not capturer.enabled or active() is not None:
             return original(self, *args, **kwargs)
-        from ikdata.capture.trajectory import TrajectoryRecorder
+        from ikdata.diffusion.recorder import TrajectoryRecorder
 
         recorder = TrajectoryRecorder.start(capturer, self, original, args, kwargs)
         if recorder is None:
