@@ -77,6 +77,16 @@ def _check_model(ds: Dataset, traj: Trajectory, model: dict, uses: list[BlobUse]
     return problems
 
 
+def _by_prefix(ds: Dataset, prefix: str, named: str) -> Trajectory | None:
+    """The one trajectory whose id starts with ``prefix``, or None; several is a usage error (``named`` says
+    what the user typed, for the message)."""
+    matches = [t for t in read_all(ds.root, validate=False).trajectories
+               if str(t.record.get("trajectory", "")).startswith(prefix)]
+    if len({t.id for t in matches}) > 1:
+        raise UsageError(f"{named} matches {len(matches)} trajectories; give more of the id")
+    return matches[0] if matches else None
+
+
 def describe(ds: Dataset, prefix: str) -> dict[str, Any] | None:
     """The trajectory whose id starts with ``prefix``, for ``ikdata show``; None when no trajectory matches.
 
@@ -85,13 +95,9 @@ def describe(ds: Dataset, prefix: str) -> dict[str, Any] | None:
     """
     if len(prefix) < 4:
         return None
-    matches = [t for t in read_all(ds.root, validate=False).trajectories
-               if str(t.record.get("trajectory", "")).startswith(prefix)]
-    if not matches:
+    traj = _by_prefix(ds, prefix, f"{prefix!r}")
+    if traj is None:
         return None
-    if len({t.id for t in matches}) > 1:
-        raise UsageError(f"{prefix!r} matches {len(matches)} trajectories; give more of the id")
-    traj = matches[0]
     record = traj.record
     steps = [{"index": s["index"], "stream": s["stream"], "timestep": s.get("timestep"), "sigma": s.get("sigma"),
               "sigma_next": s.get("sigma_next"), "x": _short(s["x"]), "out": _short(s["out"]),
@@ -159,14 +165,9 @@ def step_chains(path: Any, key: str, trace: Callable[[Any, str], list]) -> list 
     prefix, _, rest = key.partition(":")
     if len(prefix) < 8 or any(c not in "0123456789abcdef" for c in prefix):
         return None
-    ds = Dataset.open(path)
-    matches = [t for t in read_all(ds.root, validate=False).trajectories
-               if str(t.record.get("trajectory", "")).startswith(prefix)]
-    if not matches:
+    traj = _by_prefix(Dataset.open(path), prefix, f"{path}: {prefix!r}")
+    if traj is None:
         return None
-    if len({t.id for t in matches}) > 1:
-        raise UsageError(f"{path}: {prefix!r} matches {len(matches)} trajectories; give more of the id")
-    traj = matches[0]
     step_text, _, stream = rest.partition(":")
     steps = traj.record["steps"]
     if step_text:
