@@ -25,7 +25,8 @@ from ikdata.core.records import Receipt, TensorRef, WorkloadRow
 from ikdata.core.store import DIGEST_RE, digest_from_path
 
 CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
-                  "operation", "module_path", "process_id", "host", "captured_at", "origin", "source_row")
+                  "operation", "module_path", "process_id", "host", "rank", "world_size", "local_rank",
+                  "process_group", "captured_at", "origin", "source_row")
 REQUEST_FIELD = "request"  # the request body the engine served, as the request file (or the seed script) gave it
 
 
