@@ -11,6 +11,10 @@ Three ways to name the request, checked in this order:
 Steps are counted per request by the forward calls of a named top-level module
 (``step_module``) or, without one, by every outermost module call. A step can
 also be set explicitly with ``with ikdata.capture.step(3):``.
+
+The process's place in a distributed program (:func:`distributed_facts`): rank, world
+size and process group from ``torch.distributed`` once it is initialised, else from the
+launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, as torchrun sets them).
 """
 
 from __future__ import annotations
@@ -122,6 +126,101 @@ def capped_fields(fields: dict[str, Any], *, where: str, cap: int = REQUEST_FIEL
     return kept
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process sits in a distributed program (None everywhere: not distributed)."""
+
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    process_group: dict[str, Any] | None = None  # {"source": "torch.distributed"|"env", "backend", "name", ...}
+
+    @property
+    def distributed(self) -> bool:
+        """More than one process shares the work: tensors may differ by rank, so every rank is kept."""
+        return self.rank is not None and (self.world_size or 1) > 1
+
+    def facts(self) -> dict[str, Any]:
+        """The receipt fields: rank, world_size, local_rank, process_group (rank 0 of 1 for a lone process)."""
+        if self.rank is None and self.world_size is None:
+            return {"rank": 0, "world_size": 1, **({"local_rank": self.local_rank} if self.local_rank is not None else {})}
+        return {k: v for k, v in (("rank", self.rank), ("world_size", self.world_size),
+                                  ("local_rank", self.local_rank), ("process_group", self.process_group))
+                if v is not None}
+
+
+def _env_int(env: Any, name: str) -> int | None:
+    value = env.get(name)
+    try:
+        return int(value) if value is not None and value.strip() else None
+    except ValueError:
+        return None
+
+
+def ranks_from_env(env: Any = None) -> Ranks:
+    """The launcher's view (torchrun, mpirun via its env, SLURM launchers that set RANK/WORLD_SIZE)."""
+    env = os.environ if env is None else env
+    rank, world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
+    if rank is None and world is None:
+        return Ranks(local_rank=_env_int(env, "LOCAL_RANK"))
+    group: dict[str, Any] = {"source": "env"}
+    for key, name in (("MASTER_ADDR", "master_addr"), ("MASTER_PORT", "master_port")):
+        if env.get(key):
+            group[name] = env[key]
+    return Ranks(rank, world, _env_int(env, "LOCAL_RANK"), group)
+
+
+def ranks_from_torch() -> Ranks | None:
+    """torch.distributed's view, when the program has imported and initialised it; else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        group: dict[str, Any] = {"source": "torch.distributed", "backend": str(dist.get_backend())}
+        try:
+            group["name"] = str(dist.group.WORLD.group_name)
+        except (AttributeError, RuntimeError):
+            pass
+        env = ranks_from_env()
+        return Ranks(int(dist.get_rank()), int(dist.get_world_size()), env.local_rank, group)
+    except (RuntimeError, ValueError, AttributeError):  # torch.distributed half torn down
+        return None
+
+
+class RankProbe:
+    """The process's :class:`Ranks`, asked on every capture but cheap: torch's answer is kept once it has one.
+
+    A program initialises torch.distributed after capture is installed (often after its first
+    operators ran), so until then the environment's answer stands; a fork gets a fresh probe.
+    """
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._env = Ranks()
+        self._torch: Ranks | None = None
+
+    def current(self) -> Ranks:
+        if self._pid != os.getpid():
+            self._pid, self._env, self._torch = os.getpid(), ranks_from_env(), None
+        if self._torch is None:
+            self._torch = ranks_from_torch()
+            if self._torch is None:
+                return self._env
+        return self._torch
+
+
+def distributed_facts() -> dict[str, Any]:
+    """Rank, world size, local rank and process group of this process, as receipts record them.
+
+    Example:
+        >>> distributed_facts()   # under torchrun --nproc-per-node 2, on the second process
+        {'rank': 1, 'world_size': 2, 'local_rank': 1, 'process_group': {'source': 'env', ...}}
+    """
+    return (ranks_from_torch() or ranks_from_env()).facts()
+
+
 class StepTracker:
     """The module stack of each thread, and the step counter of each request."""
 
@@ -208,4 +307,4 @@ def write_request_file(path: str, request_id: str | int, *, capture_steps: list[
     os.replace(tmp, path)
 
 
-__all__ = ["REQUEST_FIELDS_MAX_BYTES", "capped_fields", "Request", "request", "step", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]
+__all__ = ["Ranks", "RankProbe", "ranks_from_env", "ranks_from_torch", "distributed_facts", "REQUEST_FIELDS_MAX_BYTES", "capped_fields", "Request", "request", "step", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ikdata.core import jsonl
 from ikdata.capture import selection
 from ikdata.capture.config import CaptureConfig
-from ikdata.capture.context import StepTracker
+from ikdata.capture.context import RankProbe, StepTracker
 from ikdata.core.templates import instantiate, load_templates
 from ikdata.capture.weights import BlobHandle, WeightCache
 from ikdata.capture.writer import CaptureWriter, Job
@@ -85,6 +85,7 @@ class Capturer:
         self.only = frozenset(config.only)
         self.templates = load_templates()
         self.tracker = StepTracker(step_module=config.step_module, request_file=config.request_file)
+        self.ranks = RankProbe()
         self.ledger = selection.Ledger(config.state_dir, max_per_definition=config.max_per_definition,
                                        max_bytes=config.max_bytes)
         self.weights = WeightCache(min_bytes=config.weight_cache_min_bytes)
@@ -186,7 +187,10 @@ class Capturer:
         resolved = self._resolve(definition, fills)
         if resolved is None:
             return False
-        key = (resolved.name, req.request_id, step, variant)
+        ranks = self.ranks.current()
+        # in a distributed program each rank holds its own shard: its calls are keyed (and budgeted) apart
+        budget = f"{resolved.name}@rank{ranks.rank}" if ranks.distributed else resolved.name
+        key = (budget, req.request_id, step, variant)
         if self.ledger.is_seen(key):
             return False
         try:
@@ -203,7 +207,7 @@ class Capturer:
                 if found is not None:
                     cached[name] = found
         nbytes = sum(_nbytes(v) for n, v in {**inputs, **outputs}.items() if n not in cached)
-        refusal = self.ledger.reserve(resolved.name, key, nbytes)
+        refusal = self.ledger.reserve(budget, key, nbytes)
         if refusal is not None:
             for _, check in cached.values():
                 self.weights.leave(check)
@@ -214,7 +218,7 @@ class Capturer:
             return False
         host_in = {n: cached[n][0] if n in cached else self._host(v, n in weight_names) for n, v in inputs.items()}
         host_out = {n: self._host(v, False) for n, v in outputs.items()}
-        provenance = self._provenance(req, step, operation, variant)
+        provenance = {**self._provenance(req, step, operation, variant), **ranks.facts()}
         job = Job(resolved, axes, host_in, host_out, provenance, nbytes, {n: c for n, (_, c) in cached.items()})
         if self.config.strict:
             self.writer.write(job)
