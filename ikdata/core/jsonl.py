@@ -26,6 +26,9 @@ from ikdata.core.paths import open_regular
 from ikdata.core.problems import Problem
 
 
+READ_BLOCK = 8 << 20  # bytes read at a time by iter_records
+
+
 def dumps(record: Any) -> bytes:
     """One record as a compact JSON line with sorted keys (no newline)."""
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
@@ -171,26 +174,43 @@ def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: s
                  dataset: str | os.PathLike | None = None) -> Iterator[tuple[int, Any]]:
     """Yield (line, record) one at a time, appending bad lines to ``problems``, as ``read`` reports them.
 
-    For one pass over a large file (stats): nothing is held, so memory stays flat.
+    For one pass over a large file (stats, validate, gc): the file is read in blocks of
+    :data:`READ_BLOCK` bytes, so memory stays flat whatever its size. The size is taken under a
+    shared lock; appends land after it as whole lines, so the bytes up to it are what a locked
+    read of the whole file would see, and appenders are not held up while the caller works.
     """
     display = display or str(path)
-    data = read_bytes_locked(path)
-    lines = data.split(b"\n")
-    torn_tail = not data.endswith(b"\n") and data != b""
-    last = len(lines)
-    lines.pop()  # the empty tail after the last newline, or the torn line (reported below)
-    del data
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    for number, raw in enumerate(lines, 1):
+    number = 0
+    carry = b""
+    with open(open_regular(path), "rb") as stream:
+        fcntl.flock(stream.fileno(), fcntl.LOCK_SH)
         try:
-            yield number, loads(raw)
-        except decode_error as exc:
-            if raw.strip():
-                problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object per line",
-                                        number, code="malformed-json"))
-    if torn_tail:
-        problems.append(_torn_line(display, last, dataset))
+            left = os.fstat(stream.fileno()).st_size
+        finally:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
+        while left > 0:
+            block = stream.read(min(READ_BLOCK, left))
+            if not block:
+                break  # cut short by a truncation since: what was read is what there is
+            left -= len(block)
+            data = carry + block if carry else block
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            lines = data[:cut].split(b"\n")
+            lines.pop()
+            del data, block
+            for raw in lines:
+                number += 1
+                try:
+                    yield number, loads(raw)
+                except decode_error as exc:
+                    if raw.strip():
+                        problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object "
+                                                "per line", number, code="malformed-json"))
+    if carry:  # no newline at the end: a torn last line, never parsed
+        problems.append(_torn_line(display, number + 1, dataset))
 
 
 @dataclass(frozen=True)

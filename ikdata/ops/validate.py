@@ -9,10 +9,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 
-from ikdata.core import repeats
+from ikdata.core import repeats, spill
 from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.digest import bytes_digest
@@ -51,10 +52,7 @@ class ValidationReport:
 
 @dataclass(slots=True)
 class _Use:
-    """One place a tensor descriptor is used, to check against its blob once headers are read.
-
-    Held for every descriptor until the blob headers are read, so kept small: slots, and the
-    strings and descriptors many uses repeat (file, pointer, context, a shared blob) shared."""
+    """One place a tensor descriptor is used, to check against its blob once headers are read."""
 
     where: str
     line: int | None
@@ -64,18 +62,41 @@ class _Use:
     shape: tuple[int, ...] | None
     context: str
 
-    def __post_init__(self) -> None:
-        self.where, self.pointer, self.context = _shared(self.where), _shared(self.pointer), _shared(self.context)
-        if self.dtype is not None:
-            self.dtype = _shared(self.dtype)
-        self.ref = _SHARED_REFS.setdefault(self.ref, self.ref) if len(_SHARED_REFS) < 1 << 16 else self.ref
-        if self.shape is not None:
-            self.shape = _SHARED_SHAPES.setdefault(self.shape, self.shape) if len(_SHARED_SHAPES) < 1 << 16 \
-                else self.shape
+
+class _Uses:
+    """Every tensor use, held until the blob headers are read: 7 integers each (strings, refs and
+    shapes numbered once, :class:`ikdata.core.spill.Interned`), on disk past the spill threshold."""
+
+    def __init__(self) -> None:
+        self._records = spill.RecordList(7)
+        self._wheres, self._pointers, self._refs = spill.Interned(), spill.Interned(), spill.Interned()
+        self._dtypes, self._shapes, self._contexts = spill.Interned(), spill.Interned(), spill.Interned()
+
+    def add(self, where: str, line: int | None, pointer: str, ref: TensorRef, dtype: str | None,
+            shape: tuple[int, ...] | None, context: str) -> None:
+        self._records.append(self._wheres.id(where), -1 if line is None else line, self._pointers.id(pointer),
+                             self._refs.id(ref), -1 if dtype is None else self._dtypes.id(dtype),
+                             -1 if shape is None else self._shapes.id(tuple(shape)), self._contexts.id(context))
+
+    def paths(self) -> list[str]:
+        """Each blob path used, once, in the order first used."""
+        return list(dict.fromkeys(ref.path for ref in self._refs.values))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[_Use]:
+        wheres, pointers, refs = self._wheres.values, self._pointers.values, self._refs.values
+        dtypes, shapes, contexts = self._dtypes.values, self._shapes.values, self._contexts.values
+        for where, line, pointer, ref, dtype, shape, context in self._records:
+            yield _Use(wheres[where], None if line < 0 else line, pointers[pointer], refs[ref],
+                       None if dtype < 0 else dtypes[dtype], None if shape < 0 else shapes[shape],
+                       contexts[context])
+
+    def close(self) -> None:
+        self._records.close()
 
 
-_SHARED_REFS: dict[TensorRef, TensorRef] = {}
-_SHARED_SHAPES: dict[tuple, tuple] = {}
 _shared = sys.intern
 
 
@@ -85,12 +106,12 @@ def _row_key(record: dict) -> bytes:
     return bytes.fromhex(bytes_digest(orjson.dumps(record, option=orjson.OPT_SORT_KEYS))[:32])
 
 
-def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None,
+def validate(ds: Dataset | str | os.PathLike, *, deep: bool = False, jobs: int | None = None,
              progress: ProgressCallback | None = None) -> ValidationReport:
     """Check a dataset and return every problem found.
 
     Args:
-        ds: the dataset, as returned by :func:`ikdata.open`.
+        ds: the dataset, as returned by :func:`ikdata.open`, or its folder.
         deep: also rehash every blob and compare with the digest its name carries.
         jobs: threads for reading and hashing blobs (default: all cores).
         progress: called with :class:`~ikdata.core.progress.Progress` ("rehash", blobs done, total)
@@ -102,13 +123,19 @@ def validate(ds: Dataset, *, deep: bool = False, jobs: int | None = None,
     """
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise UsageError(f"--jobs {jobs!r}: expected a whole number of threads, 1 or more")
+    ds = Dataset.open(ds)  # a path or a Dataset alike
     report = ValidationReport(deep=deep)
     prehash = _Prehash(ds, jobs, progress) if deep else None  # hashes blobs while the records are checked
+    # Per-row state (each uuid's row, each tensor use) moves to temporary files past the spill
+    # threshold (ikdata.core.spill), so memory stays bounded at 10M rows; results are the same.
+    rows, uses = spill.UuidMap(), _Uses()
     try:
-        _validate(ds, report, prehash, deep=deep, jobs=jobs, progress=progress)
+        _validate(ds, report, prehash, rows, uses, deep=deep, jobs=jobs, progress=progress)
     finally:
         if prehash is not None:
             prehash.cancel()
+        rows.close()
+        uses.close()
     return report
 
 
@@ -149,17 +176,15 @@ class _Prehash:
         self._thread.join()
 
 
-def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *, deep: bool,
-              jobs: int | None, progress: ProgressCallback | None = None) -> None:
+def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, rows_by_uuid: spill.UuidMap,
+              uses: _Uses, *, deep: bool, jobs: int | None, progress: ProgressCallback | None = None) -> None:
     problems = report.problems
     definitions = ds.definitions
     problems += ds.definition_problems
     misnamed = _misnamed_definitions(ds, problems)
     report.definitions = len(definitions)
-    uses: list[_Use] = []
-    # uuid -> (file, line, content key, definition, axes items): what receipts and duplicates need,
-    # not the row itself (about 6 KB a row held, before)
-    rows_by_uuid: dict[str, tuple[str, int, bytes, str, tuple]] = {}
+    # rows_by_uuid: uuid -> (file, line, content key, definition, axes items): what receipts and
+    # duplicates need, not the row itself
     randoms: list[tuple[str, str, Problem]] = []  # (uuid, input, problem) unless its receipt declares it
 
     for path in ds.workload_files():
@@ -216,19 +241,19 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, *
             if isinstance(descriptor, TensorRef):
                 spec = definition.outputs[name] if definition else None
                 axes = dict(row[4])
-                uses.append(_Use(receipt.source, receipt.line, pointer, descriptor,
-                                 spec.torch_dtype if spec else None,
-                                 definition.shape_of(name, axes) if definition else None,
-                                 f"output {name!r} of {receipt.definition!r}"))
+                uses.add(receipt.source, receipt.line, pointer, descriptor, spec.torch_dtype if spec else None,
+                         definition.shape_of(name, axes) if definition else None,
+                         f"output {name!r} of {receipt.definition!r}")
     problems += seen.problems()
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += _context_problems(ds, contexts)
     problems += ds.problems
     from ikdata.diffusion.views import validate_trajectories  # diffusion trajectories and model records
 
-    found, trajectory_uses, report.trajectories = validate_trajectories(ds, set(rows_by_uuid))
+    found, trajectory_uses, report.trajectories = validate_trajectories(ds, rows_by_uuid)
     problems += found
-    uses += [_Use(*use) for use in trajectory_uses]
+    for use in trajectory_uses:
+        uses.add(*use)
 
     _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash, progress=progress)
 
@@ -314,7 +339,7 @@ def _missing_manifest(ds: Dataset) -> Problem:
 
 
 def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
-               problems: list[Problem], uses: list[_Use], randoms: list[tuple[str, str, Problem]]) -> None:
+               problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]]) -> None:
     workload = record["workload"]
     axes = workload["axes"]
     inputs = workload["inputs"]
@@ -355,11 +380,11 @@ def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, 
             problems.append(Problem(display, f"input {name!r} is a tensor, expected a Python scalar",
                                     line, pointer, "scalar-mismatch"))
             continue
-        uses.append(_Use(display, line, pointer, TensorRef(raw["path"], raw["tensor_key"]), spec.torch_dtype,
-                         definition.shape_of(name, axes), f"input {name!r} of {definition.name!r}"))
+        uses.add(display, line, pointer, TensorRef(raw["path"], raw["tensor_key"]), spec.torch_dtype,
+                 definition.shape_of(name, axes), f"input {name!r} of {definition.name!r}")
 
 
-def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, deep: bool,
+def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bool,
                  jobs: int | None, prehash: _Prehash | None = None,
                  progress: ProgressCallback | None = None) -> None:
     problems = report.problems
@@ -368,15 +393,14 @@ def _check_blobs(ds: Dataset, uses: list[_Use], report: ValidationReport, *, dee
         stored, inside = prehash.stored, set(prehash.paths)
     else:
         stored, inside = _scan(ds)
-    resolved = ds.resolve_all((use.ref.path for use in uses), known_inside=inside)
+    resolved = ds.resolve_all(uses.paths(), known_inside=inside)
+    for rel, found in resolved.items():
+        files[rel] = None if isinstance(found, RecordError) else found
     for use in uses:
         found = resolved[use.ref.path]
         if isinstance(found, RecordError):
-            files[use.ref.path] = None
             problems.append(Problem(use.where, str(found).lstrip(": "), use.line, use.pointer + "/path",
                                     "unsafe-path"))
-        else:
-            files[use.ref.path] = found
     readable = {rel: path for rel, path in files.items()
                 if path is not None and (rel in stored or path.is_file())}
     entries: dict[str, list[TensorEntry] | str] = {}

@@ -1,0 +1,200 @@
+"""Per-row state that moves to disk once a dataset is large, so a pass over 10M rows stays bounded.
+
+Readers that must remember something per row (validate: each uuid's row, each tensor use) keep it
+in memory while it is small and move it to a temporary SQLite file (a uuid map) or a temporary
+file of fixed-width records (a list) once it passes :func:`threshold` entries. Both give back
+exactly what was put in, in the same order, so results do not depend on where the state lived.
+
+The threshold is ``IKDATA_SPILL_ROWS`` (default 250,000 entries); tests lower it to exercise the
+disk path on small datasets. The temporary files live in ``$TMPDIR`` (never inside the dataset,
+which a reader must not modify) and are removed on :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import shutil
+import sqlite3
+import tempfile
+from array import array
+from typing import Any, Iterator
+
+ENV = "IKDATA_SPILL_ROWS"
+DEFAULT_THRESHOLD = 250_000
+_FLUSH = 20_000  # pending writes batched into one executemany
+
+
+def threshold() -> int:
+    """Entries kept in memory before state moves to disk (``IKDATA_SPILL_ROWS``, at least 1)."""
+    raw = os.environ.get(ENV, "")
+    try:
+        return max(1, int(raw)) if raw else DEFAULT_THRESHOLD
+    except ValueError:
+        return DEFAULT_THRESHOLD
+
+
+class _TempFolder:
+    """A private temporary folder, made on first use and removed by :meth:`close`."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+
+    def make(self) -> str:
+        if self.path is None:
+            self.path = tempfile.mkdtemp(prefix="ikdata-spill-")
+        return self.path
+
+    def close(self) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+
+class UuidMap:
+    """str -> a value of plain data (str, int, bytes, tuples of them: what :mod:`marshal` keeps);
+    a dict until it holds :func:`threshold` keys, then an SQLite table in a temporary file."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._limit = threshold() if limit is None else limit
+        self._memory: dict[str, Any] = {}
+        self._pending: dict[str, Any] = {}
+        self._db: sqlite3.Connection | None = None
+        self._folder = _TempFolder()
+
+    @property
+    def on_disk(self) -> bool:
+        return self._db is not None
+
+    def __len__(self) -> int:
+        if self._db is None:
+            return len(self._memory)
+        self._flush()
+        return self._db.execute("SELECT COUNT(*) FROM map").fetchone()[0]
+
+    def get(self, key: str) -> Any:
+        if self._db is None:
+            return self._memory.get(key)
+        found = self._pending.get(key)
+        if found is not None:
+            return found
+        row = self._db.execute("SELECT value FROM map WHERE key = ?", (key,)).fetchone()
+        return marshal.loads(row[0]) if row else None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if self._db is None:
+            self._memory[key] = value
+            if len(self._memory) > self._limit:
+                self._spill()
+            return
+        self._pending[key] = value
+        if len(self._pending) >= _FLUSH:
+            self._flush()
+
+    def _spill(self) -> None:
+        path = os.path.join(self._folder.make(), "map.sqlite")
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=OFF")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of pages at most
+        self._db.execute("CREATE TABLE map (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        self._pending, self._memory = self._memory, {}
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._db is None or not self._pending:
+            return
+        dumps = marshal.dumps
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT OR REPLACE INTO map VALUES (?, ?)",
+                             [(k, dumps(v)) for k, v in self._pending.items()])
+        self._db.execute("COMMIT")
+        self._pending = {}
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._folder.close()
+        self._memory, self._pending = {}, {}
+
+    def __enter__(self) -> UuidMap:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RecordList:
+    """Fixed-width records of ``width`` integers, appended and read back in order: an
+    ``array('q')`` until it holds :func:`threshold` records, then chunks of a temporary file."""
+
+    def __init__(self, width: int, limit: int | None = None) -> None:
+        self.width = width
+        self._limit = (threshold() if limit is None else limit) * width
+        self._memory = array("q")
+        self._folder = _TempFolder()
+        self._file = None
+        self._count = 0
+
+    @property
+    def on_disk(self) -> bool:
+        return self._file is not None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, *values: int) -> None:
+        self._memory.extend(values)
+        self._count += 1
+        if len(self._memory) >= self._limit:
+            if self._file is None:
+                self._file = open(os.path.join(self._folder.make(), "records.bin"), "w+b")
+            self._memory.tofile(self._file)
+            self._memory = array("q")
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        width = self.width
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+            chunk = max(width, (self._limit // width) * width)
+            while True:
+                block = array("q")
+                block.frombytes(self._file.read(chunk * block.itemsize))
+                if not block:
+                    break
+                for i in range(0, len(block), width):
+                    yield tuple(block[i:i + width])
+            self._file.seek(0, os.SEEK_END)
+        memory = self._memory
+        for i in range(0, len(memory), width):
+            yield tuple(memory[i:i + width])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._folder.close()
+        self._memory = array("q")
+
+
+class Interned:
+    """Values numbered in the order first seen, so records can hold small integers instead."""
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def id(self, value: Any) -> int:
+        found = self._ids.get(value)
+        if found is None:
+            found = self._ids[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+
+__all__ = ["DEFAULT_THRESHOLD", "ENV", "Interned", "RecordList", "UuidMap", "threshold"]
