@@ -135,6 +135,15 @@ def emit_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def emit_json_lines(records: Iterable[Any]) -> None:
+    """Print JSON Lines on stdout, one record per line as it comes (``--json-lines``): a reader
+    parses each line alone, and nothing is built as one document first."""
+    write = sys.stdout.write
+    for record in records:
+        write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     t = Table(title=cell(title), title_justify="left")
     for column in columns:

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 ENV = "IKDATA_SPILL_ROWS"
 DEFAULT_THRESHOLD = 250_000
 _FLUSH = 20_000  # pending writes batched into one executemany
+SPILLS = [0]  # how many maps and lists moved to disk in this process (for diagnostics and tests)
 
 
 def threshold() -> int:
@@ -95,6 +96,7 @@ class UuidMap:
             self._flush()
 
     def _spill(self) -> None:
+        SPILLS[0] += 1
         path = os.path.join(self._folder.make(), "map.sqlite")
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=OFF")
@@ -152,6 +154,7 @@ class RecordList:
         self._count += 1
         if len(self._memory) >= self._limit:
             if self._file is None:
+                SPILLS[0] += 1
                 self._file = open(os.path.join(self._folder.make(), "records.bin"), "w+b")
             self._memory.tofile(self._file)
             self._memory = array("q")
@@ -197,4 +200,4 @@ class Interned:
         return found
 
 
-__all__ = ["DEFAULT_THRESHOLD", "ENV", "Interned", "RecordList", "UuidMap", "threshold"]
+__all__ = ["DEFAULT_THRESHOLD", "ENV", "SPILLS", "Interned", "RecordList", "UuidMap", "threshold"]

@@ -49,6 +49,15 @@ class ValidationReport:
                 "blobs_checked": self.blobs_checked, "blobs_rehashed": self.blobs_rehashed,
                 "problems": [p.to_dict() for p in self.problems]}
 
+    def json_lines(self) -> Iterator[dict]:
+        """The report as JSON Lines records, what ``--json-lines`` prints one per line: each problem
+        (``{"kind": "problem", ...}``), then the summary (``"kind": "summary"``, ``problems``: how many)."""
+        for problem in self.problems:
+            yield {"kind": "problem", **problem.to_dict()}
+        summary = self.to_dict()
+        summary["problems"] = len(self.problems)
+        yield {"kind": "summary", **summary}
+
 
 @dataclass(slots=True)
 class _Use:
