@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("boot", "stats", "validate", "capture", "replay", "import", "remote")
+ORDER = ("boot", "stats", "validate", "capture", "replay", "import", "remote", "scale")
 
 
 def main() -> None:
