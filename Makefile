@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench browser clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,20 @@ test: setup
 
 bench: setup
 	$(PY) tools/bench/run_all.py
+
+# A headless Chromium for the report-page tests (tests/report_page, tests/security): Debian's chromium,
+# installed when running as root with apt-get; never fatal (without one those tests skip, saying why).
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+	  echo "browser: $$(command -v chromium || command -v chromium-browser)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; } || \
+	  echo "browser: apt-get install chromium failed; the browser tests will skip"; \
+	else \
+	  echo "browser: no chromium, and not root with apt-get; the browser tests will skip"; \
+	fi
 
 clean:
 	rm -rf $(VENV) demo-out

@@ -26,8 +26,15 @@ def report_command(
         html: Annotated[Path, typer.Option(
             "--html", help="Write the page here: per trajectory e and f per step (log scale), chain error, PSNR "
             "per frame; max_error_ratio per definition; PIT histograms.", show_default=False)],
+        self_contained: Annotated[bool, typer.Option(
+            "--self-contained", help="Inline plotly.js in the page: one file to send around (4.6 MiB more). "
+            "Without it the page loads plotly.js from a file beside it, written once per folder.")] = False,
         json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Draw a replay report as a static HTML page (plotly, no server; opens offline in a browser).
+
+    The page opens with a table of the failing cases, each linked to its chart. plotly.js is included
+    once: as plotly-VERSION.min.js beside the page (keep the two together), or inlined with
+    --self-contained.
 
     Every value of the report is escaped on the page. A value of the wrong type (a string where a number
     belongs, a step index that is not an integer) is drawn as a gap and listed at the top of the page;
@@ -39,17 +46,25 @@ def report_command(
     from ikdata.ops import report_html
 
     o = out.Output(json=json_, quiet=quiet)
+    if not Path(html).parent.is_dir():  # the page goes into a folder that exists; none is created (#27)
+        from ikdata.core.errors import UsageError
+
+        raise UsageError(f"--html {html}: no such folder {Path(html).parent}; create it first")
     source = report_html.report_path_for(target)
     report = report_html.load_report(source)
     written, problems = report_html.write_html(report, html, title=f"ikdata replay report: {target}",
-                                               path=str(source))
+                                               path=str(source), self_contained=self_contained)
+    library = None if self_contained else written.parent / report_html.plotly_js_name()
     trajectories = sum(1 for c in report["cases"] if str(c.get("definition", "")).startswith("trajectory:"))
     document = {"report": str(source), "html": str(written), "cases": len(report["cases"]),
                 "trajectories": trajectories, "bytes": written.stat().st_size,
-                "problems": [p.to_dict() for p in problems]}
+                "failing": sum(1 for c in report["cases"] if c.get("status") in ("failed", "error")),
+                "plotly_js": str(library) if library else None, "problems": [p.to_dict() for p in problems]}
     o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, {trajectories} "
-                                        f"trajectories, {out.human_bytes(document['bytes'])}) from {source}; "
-                                        "open it in a browser"
+                                        f"trajectories, {document['failing']} failing, "
+                                        f"{out.human_bytes(document['bytes'])}) from {source}"
+                                        + (f", with {library.name} beside it" if library else "")
+                                        + "; open it in a browser"
                                         + (f"; {len(problems)} value(s) could not be drawn (listed on the page)"
                                            if problems else "")))
     o.problems(problems)

@@ -1,11 +1,18 @@
-"""A replay report drawn as one static HTML file (plotly, its JavaScript inlined): no server, opens offline.
+"""A replay report drawn as a static HTML page (plotly): no server, opens offline.
+
+plotly.js (4.6 MiB) is included once per page: by default as one file beside the page
+(``plotly-<version>.min.js``, shared by every page in that folder; the page itself stays under
+1 MiB for 100 cases), or inlined for a single file to send around (``self_contained``).
 
 Sections, each present only when the report has the data:
+
+- the failing cases: one row each (case, definition, status, what failed), linked to its chart;
 
 - per diffusion trajectory and stream: ``e`` and the floor ``f`` against the step on a log scale, with
   the pass bound ``k·f + ε`` and the failing steps marked; the chain error against its bound; the
   per-frame PSNR of the decode check with its thresholds;
-- per operator definition: the distribution of ``max_error_ratio`` over its cases (≤ 1 passes);
+- per operator definition: the distribution of ``max_error_ratio`` over its cases (≤ 1 passes), one
+  horizontal box per definition, worst first, failing cases marked;
 - per sampling definition: the pooled PIT histogram (flat when the engine samples the reference's
   distribution) and the verdict of every test.
 
@@ -16,7 +23,8 @@ step index that is not an integer) is drawn as a gap, shown as "not a number", a
 :class:`~ikdata.core.problems.Problem` naming its JSON pointer; the page lists them at the top.
 
 Torch-free; needs the ``report`` extra (plotly). Exact zeros cannot sit on a log axis: they are drawn
-at :data:`ZERO_AT` and their hover text says "0 (exact)".
+at :data:`ZERO_AT` and their hover text says "0 (exact)". Every axis is titled and its numbers are in
+scientific notation (``1e-12``, never SI prefixes such as ``1p``).
 """
 
 from __future__ import annotations
@@ -84,6 +92,14 @@ def _label(value: Any) -> str:
 def _shown(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _axes(fig: Any, **layout: Any) -> Any:
+    """Lay a figure out: every axis in scientific notation (plotly's default SI prefixes read ``1p``, ``10n``)."""
+    fig.update_layout(**layout)
+    fig.update_xaxes(exponentformat="e", showexponent="all")
+    fig.update_yaxes(exponentformat="e", showexponent="all")
+    return fig
 
 
 def _is_number(value: Any) -> bool:
@@ -221,17 +237,18 @@ def trajectory_figures(case: Mapping[str, Any], checks: Checks | None = None,
             y, text = _log(((s[2].get("e"), f"{s[3]}/e") for s in bad), checks)
             fig.add_trace(go.Scatter(x=[s[1] for s in bad], y=y, text=text, name="failing step",
                                      mode="markers", marker={"symbol": "x", "size": 14, "color": "#c0392b"}))
-        fig.update_layout(title=f"{name}: e and f per step (an exact 0 is drawn at 1e-12)", xaxis_title="step",
-                          xaxis_dtick=1, yaxis_title="relative L2", yaxis_type="log", height=360,
-                          margin={"t": 50, "b": 40})
+        _axes(fig, title=f"{name}: e and f per step (an exact 0 is drawn at 1e-12)", xaxis_title="step",
+              xaxis_dtick=1, yaxis_title="relative L2 error of the denoiser output", yaxis_type="log", height=360,
+              margin={"t": 50, "b": 40})
         figures.append((f"{name}: e and f per step", fig))
         chain = go.Figure()
         for key, trace in (("chain", "chain error"), ("chain_bound", "chain bound")):
             y, text = _log(((s[2].get(key), f"{s[3]}/{key}") for s in mine), checks)
             chain.add_trace(go.Scatter(x=x, y=y, text=text, name=trace, mode="lines+markers",
                                        hovertemplate="step %{x}: %{text}<extra>" + key + "</extra>"))
-        chain.update_layout(title=f"{name}: chain error (x_next vs the reference scheduler's update)",
-                            xaxis_title="step", xaxis_dtick=1, yaxis_type="log", height=300, margin={"t": 50, "b": 40})
+        _axes(chain, title=f"{name}: chain error (x_next vs the reference scheduler's update)",
+              xaxis_title="step", xaxis_dtick=1, yaxis_title="relative L2 error of x_next", yaxis_type="log",
+              height=300, margin={"t": 50, "b": 40})
         figures.append((f"{name}: chain error", chain))
     decode = checks.mapping(m.get("decode"), at + "/decode")
     psnr = checks.items(decode.get("psnr_db"), at + "/decode/psnr_db")
@@ -248,22 +265,23 @@ def trajectory_figures(case: Mapping[str, Any], checks: Checks | None = None,
         audio_text = checks.fmt(audio, d + "/audio/snr_db", ".1f", missing="")
         worst_frame = decode.get("worst_frame")
         worst_frame = worst_frame if checks.integer(worst_frame, d + "/worst_frame") is not None else "?"
-        fig.update_layout(title=f"decoded clip vs reference decode: mean "
-                                f"{checks.fmt(decode.get('psnr_mean_db'), d + '/psnr_mean_db', '.2f')} dB, worst "
-                                f"{checks.fmt(decode.get('psnr_worst_db'), d + '/psnr_worst_db', '.2f')} dB "
-                                f"(frame {worst_frame})" + (f"; audio SNR {audio_text} dB" if audio_text else ""),
-                          xaxis_title="frame", yaxis_title="PSNR dB (luma, cap 100)", height=320,
-                          margin={"t": 50, "b": 40})
+        _axes(fig, title=f"decoded clip vs reference decode: mean "
+                    f"{checks.fmt(decode.get('psnr_mean_db'), d + '/psnr_mean_db', '.2f')} dB, worst "
+                    f"{checks.fmt(decode.get('psnr_worst_db'), d + '/psnr_worst_db', '.2f')} dB "
+                    f"(frame {worst_frame})" + (f"; audio SNR {audio_text} dB" if audio_text else ""),
+              xaxis_title="frame", yaxis_title="PSNR dB (luma, cap 100)", height=320, margin={"t": 50, "b": 40})
         figures.append(("decode check", fig))
     return figures
 
 
 def operator_figure(cases: list[Mapping[str, Any]], checks: Checks | None = None,
                     pointers: list[str] | None = None) -> Any | None:
-    """One box per definition: the distribution of max_error_ratio over its cases (log scale; ≤ 1 passes)."""
+    """One horizontal box per definition: the distribution of max_error_ratio over its cases (log scale; ≤ 1
+    passes), the worst definition on top, each case past the tolerance marked and named on hover."""
     go = _plotly()
     checks = checks if checks is not None else Checks()
     by_definition: dict[str, list[float]] = {}
+    over: dict[str, list[tuple[float, str]]] = {}
     for n, case in enumerate(cases):
         at = pointers[n] if pointers else f"/cases/{n}"
         metrics = checks.mapping(case.get("metrics"), at + "/metrics")
@@ -272,17 +290,31 @@ def operator_figure(cases: list[Mapping[str, Any]], checks: Checks | None = None
                 continue
             ratio = checks.number(found.get("max_error_ratio"), f"{at}/metrics/{output}/max_error_ratio")
             if ratio is not None and math.isfinite(ratio):
-                by_definition.setdefault(str(case.get("definition")), []).append(max(ratio, ZERO_AT))
+                name = str(case.get("definition"))
+                by_definition.setdefault(name, []).append(max(ratio, ZERO_AT))
+                if ratio > 1:
+                    over.setdefault(name, []).append((ratio, f"{_label(str(case.get('uuid'))[:12])} {_label(output)}"))
     if not by_definition:
         return None
+    order = sorted(by_definition, key=lambda d: (max(by_definition[d]), d))  # plotly draws the first at the bottom
     fig = go.Figure()
-    for name in sorted(by_definition):
-        fig.add_trace(go.Box(y=by_definition[name], name=_label(name), boxpoints="all", jitter=0.4))
-    fig.add_hline(y=1.0, line_dash="dash", annotation_text="tolerance (ratio 1)")
-    fig.update_layout(title="operator workloads: max_error_ratio per definition (0 drawn at 1e-12)",
-                      yaxis_type="log", showlegend=False, height=max(380, 24 * len(by_definition)),
-                      margin={"t": 50, "b": 160})
-    return fig
+    for name in order:
+        values = by_definition[name]
+        fig.add_trace(go.Box(x=values, name=_label(name), orientation="h", boxpoints="all" if len(values) <= 20
+                             else "outliers", jitter=0.3, pointpos=0, marker={"size": 4, "color": "#5d6d7e"},
+                             line={"width": 1, "color": "#5d6d7e"}, fillcolor="rgba(93,109,126,0.15)",
+                             hovertemplate="%{x:.3e}<extra>%{y}</extra>"))
+    failing = [(name, ratio, label) for name in order for ratio, label in over.get(name, [])]
+    if failing:
+        fig.add_trace(go.Scatter(x=[r for _, r, _ in failing], y=[_label(n) for n, _, _ in failing],
+                                 text=[lbl for _, _, lbl in failing], mode="markers", name="past the tolerance",
+                                 marker={"symbol": "x", "size": 9, "color": "#c0392b"},
+                                 hovertemplate="%{text}: %{x:.3e}<extra>failing</extra>"))
+    fig.add_vline(x=1.0, line_dash="dash", line_color="#c0392b", annotation_text="tolerance (ratio 1)")
+    return _axes(fig, title="operator workloads: max_error_ratio per definition (worst on top; 0 drawn at 1e-12)",
+                 xaxis_type="log", xaxis_title="max_error_ratio = error / tolerance (≤ 1 passes)",
+                 yaxis_title="definition", yaxis_automargin=True, showlegend=False,
+                 height=140 + 26 * len(order), margin={"t": 50, "b": 50})
 
 
 def _counts(values: Any, pointer: str, checks: Checks, limit: int | None = None) -> list[int]:
@@ -343,18 +375,19 @@ def sampling_figures(report: Mapping[str, Any], checks: Checks | None = None) ->
             if threshold is not None and math.isfinite(threshold):
                 tv_fig.add_vline(x=threshold, line_dash="dash", annotation_text="threshold (alpha "
                                  f"{checks.fmt(test.get('alpha'), t_at + '/alpha', '.2g', missing='?')})")
-            tv_fig.update_layout(title=f"{_label(definition)}: TV of {_label(test.get('n'))} draws vs its null "
-                                       f"({_label(test.get('key'))})",
-                                 xaxis_title="TV", yaxis_title="replicates", height=320, margin={"t": 50, "b": 40})
+            _axes(tv_fig, title=f"{_label(definition)}: TV of {_label(test.get('n'))} draws vs its null "
+                                f"({_label(test.get('key'))})",
+                  xaxis_title="total variation distance", yaxis_title="replicates", height=320,
+                  margin={"t": 50, "b": 40})
             p_value = checks.fmt(test.get("p_value"), t_at + "/p_value", ".3g")
             found.append((definition, tv_fig, f"TV test: p = {p_value}, detectable TV {test.get('detectable_tv')}"))
         fig = go.Figure(go.Bar(x=[f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)], y=bins, name="PIT"))
         total = sum(bins)
         if total:
             fig.add_hline(y=total / 10, line_dash="dash", annotation_text="uniform")
-        fig.update_layout(title=f"{_label(definition)}: PIT histogram ({total} draws), verdict "
-                                f"{_label(group.get('verdict'))}",
-                          xaxis_title="PIT value", yaxis_title="draws", height=320, margin={"t": 50, "b": 40})
+        _axes(fig, title=f"{_label(definition)}: PIT histogram ({total} draws), verdict "
+                         f"{_label(group.get('verdict'))}",
+              xaxis_title="PIT value", yaxis_title="draws", height=320, margin={"t": 50, "b": 40})
         line = "; ".join(f"{t.get('test')} n={t.get('n')} "
                          f"p={checks.fmt(t.get('p_value'), f'{at}/tests/{i}/p_value', '.3g')}"
                          for i, t in enumerate(tests))
@@ -401,10 +434,58 @@ def _problems_block(problems: list[Problem]) -> str:
             f"they are drawn as gaps or shown as \u201c{NOT_A_NUMBER}\u201d:</p><ul>{shown}{more}</ul></div>")
 
 
+FAILING_SHOWN = 500  # rows of the failing-cases table; the rest are counted
+
+
+def _worst_ratio(case: Mapping[str, Any], at: str, checks: Checks) -> tuple[float, str] | None:
+    """An operator case's largest finite max_error_ratio and its output, None without one."""
+    found = []
+    for output, m in checks.mapping(case.get("metrics"), at + "/metrics").items():
+        if isinstance(m, Mapping) and _is_number(m.get("max_error_ratio")):
+            ratio = float(m["max_error_ratio"])
+            if math.isfinite(ratio):
+                found.append((ratio, str(output)))
+    return max(found) if found else None
+
+
+def _failing_table(rows: list[tuple[Mapping[str, Any], str, str | None]]) -> str:
+    """The failed and errored cases: (case, what failed, the id of its chart or None), one row each, linked."""
+    body = []
+    for case, what, anchor in rows[:FAILING_SHOWN]:
+        link = f"<a href='#{_e(anchor)}'>chart</a>" if anchor else "no chart"
+        definition = str(case.get("definition"))
+        cells = (_e(str(case.get("uuid"))[:12]), _e(definition[len(TRAJECTORY):] if definition.startswith(TRAJECTORY)
+                                                     else definition), _e(case.get("status")), _e(what), link)
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    more = (f"<p class='meta'>… and {len(rows) - FAILING_SHOWN} more (ikdata replay's JSON report lists them "
+            "all)</p>" if len(rows) > FAILING_SHOWN else "")
+    head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "what failed", "see"))
+    return (f"<h2 id='failing'>Failing cases ({len(rows)})</h2><table class='failing'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>{more}")
+
+
+def _what_failed(case: Mapping[str, Any], n: int, checks: Checks) -> str:
+    reason = case.get("reason") or case.get("error")
+    at = f"/cases/{n}"
+    if str(case.get("definition", "")).startswith(TRAJECTORY):
+        worst = checks.mapping(checks.mapping(case.get("trajectory"), at + "/trajectory").get("worst"),
+                               at + "/trajectory/worst")
+        if worst and _is_number(worst.get("ratio")):
+            text = f"worst e/f {float(worst['ratio']):.3g} at step {worst.get('step')} ({worst.get('stream')})"
+            return text + (f"; {reason}" if isinstance(reason, str) else "")
+    else:
+        ratio = _worst_ratio(case, at, checks)
+        if ratio is not None:
+            return f"max_error_ratio {ratio[0]:.3g} ({ratio[1]})" + (f"; {reason}" if isinstance(reason, str) else "")
+    text = reason if isinstance(reason, str) else "-"
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
 def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
-         path: str = "report") -> tuple[str, list[Problem]]:
-    """The whole HTML page (plotly.js inlined once) and the problems met: values of the wrong type, each
-    named by ``path`` and its JSON pointer."""
+         path: str = "report", plotly_js: str | None = None) -> tuple[str, list[Problem]]:
+    """The whole HTML page and the problems met: values of the wrong type, each named by ``path`` and its
+    JSON pointer. plotly.js is included once: inlined, or with ``plotly_js`` a file of that name beside the
+    page (:data:`PLOTLY_JS`, written by :func:`write_html`)."""
     _plotly()
     import plotly.io as pio
 
@@ -416,15 +497,17 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
         else:
             checks.wrong(f"/cases/{n}", "an object", case)
     trajectories = [(n, c) for n, c in cases if str(c.get("definition", "")).startswith(TRAJECTORY)]
+    sampled = {n for n, c in cases if not str(c.get("definition", "")).startswith(TRAJECTORY)
+               and checks.mapping(c.get("tolerance"), f"/cases/{n}/tolerance").get("samples")}
     operators = [(n, c) for n, c in cases if not str(c.get("definition", "")).startswith(TRAJECTORY)
-                 and not checks.mapping(c.get("tolerance"), f"/cases/{n}/tolerance").get("samples")]
+                 and n not in sampled]
     parts: list[str] = []
     first = True
     ids = itertools.count()
 
     def plot(fig: Any) -> str:
         nonlocal first
-        snippet = pio.to_html(fig, full_html=False, include_plotlyjs=True if first else False,
+        snippet = pio.to_html(fig, full_html=False, include_plotlyjs=first and plotly_js is None,
                               div_id=f"plot-{next(ids)}")
         first = False
         return snippet
@@ -436,13 +519,16 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
                  + ", ".join(f"{n} {_e(s)}" for s, n in sorted(counts.items()))
                  + f" &middot; device {_e(report.get('device'))} &middot; torch "
                  f"{_e(report.get('torch'))} &middot; ikdata {_e(report.get('ikdata_version'))}</p>")
+    failing_at = len(parts)  # the failing-cases table goes here, once the charts' ids are known
+    anchors: dict[int, str] = {}  # case index -> the id of the section that draws it
     if trajectories:
         parts.append("<h2>Diffusion trajectories</h2>" + _summary_table(trajectories, checks))
         for n, case in trajectories:
             at = f"/cases/{n}"
             m = checks.mapping(case.get("trajectory"), at + "/trajectory")
             uuid = str(case.get("uuid"))
-            parts.append(f"<section class='trajectory' id='trajectory-{n}-{_slug(uuid)}'><h3>{_e(uuid[:12])} "
+            anchors[n] = f"trajectory-{n}-{_slug(uuid)}"
+            parts.append(f"<section class='trajectory' id='{anchors[n]}'><h3>{_e(uuid[:12])} "
                          f"{_e(str(case.get('definition'))[len(TRAJECTORY):])}: {_e(case.get('status'))}</h3>")
             if case.get("reason"):
                 parts.append(f"<p class='reason'>{_e(case['reason'])}</p>")
@@ -456,20 +542,34 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
             parts.append("</section>")
     fig = operator_figure([c for _, c in operators], checks, [f"/cases/{n}" for n, _ in operators])
     if fig is not None:
-        parts.append("<h2>Operator workloads</h2>" + plot(fig))
+        parts.append("<section id='operators'><h2>Operator workloads</h2>" + plot(fig) + "</section>")
+        anchors.update((n, "operators") for n, c in operators if _worst_ratio(c, f"/cases/{n}", checks) is not None)
     sampling = sampling_figures(report, checks)
     if sampling:
         parts.append("<h2>Sampling</h2>")
-        for _name, fig, line in sampling:
+        sections: dict[str, str] = {}
+        for name, fig, line in sampling:
+            if name not in sections:
+                parts.append("</section>" if sections else "")
+                sections[name] = f"sampling-{len(sections)}"
+                parts.append(f"<section id='{sections[name]}'>")
             parts.append(plot(fig) + f"<p class='meta'>{_e(line)}</p>")
+        parts.append("</section>")
+        anchors.update((n, sections[str(c.get("definition"))]) for n, c in cases
+                       if n in sampled and str(c.get("definition")) in sections)
     if first:
         parts.append("<p>Nothing to draw: the report has no trajectory, operator metrics or sampling verdicts.</p>")
+    failing = [(c, _what_failed(c, n, checks), anchors.get(n)) for n, c in cases
+               if c.get("status") in ("failed", "error")]
+    if failing:
+        parts.insert(failing_at, _failing_table(failing))
     problems = list(dict.fromkeys(checks.problems))  # a value read by two views is one problem
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:.3em .6em;font-size:.9em}.reason{color:#a93226}.meta{color:#555}"
              ".problems{border:1px solid #a93226;padding:.5em 1em;color:#a93226}")
+    library = f"<script src='{_e(plotly_js)}' charset='utf-8'></script>" if plotly_js else ""
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{style}</style></head><body><h1>{_e(title)}</h1>{_problems_block(problems)}"
+            f"<style>{style}</style>{library}</head><body><h1>{_e(title)}</h1>{_problems_block(problems)}"
             f"{''.join(parts)}</body></html>\n")
     return page, problems
 
@@ -479,11 +579,44 @@ def render(report: Mapping[str, Any], *, title: str = "ikdata replay report") ->
     return draw(report, title=title)[0]
 
 
+def plotly_js_name() -> str:
+    """The file name of plotly.js beside a page: versioned, so pages drawn by another plotly keep theirs."""
+    import plotly
+
+    return f"plotly-{_slug_version(plotly.__version__)}.min.js"
+
+
+def _slug_version(version: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]", "", version)
+
+
+def write_plotly_js(folder: str | os.PathLike) -> Path:
+    """plotly.js in ``folder`` under :func:`plotly_js_name`, written atomically unless the same bytes are there."""
+    from plotly.offline import get_plotlyjs
+
+    target = Path(folder) / plotly_js_name()
+    data = get_plotlyjs().encode()
+    try:
+        if target.is_file() and not target.is_symlink() and target.stat().st_size == len(data) \
+                and target.read_bytes() == data:
+            return target
+    except OSError:
+        pass
+    write_atomic(target, [data])
+    return target
+
+
 def write_html(report: Mapping[str, Any], out: str | os.PathLike, *, title: str = "ikdata replay report",
-               path: str = "report") -> tuple[Path, list[Problem]]:
-    """Render and write the page atomically; returns its path and the problems met (see :func:`draw`)."""
+               path: str = "report", self_contained: bool = False) -> tuple[Path, list[Problem]]:
+    """Render and write the page atomically; returns its path and the problems met (see :func:`draw`).
+
+    plotly.js goes once into the page's folder (:func:`write_plotly_js`) and the page loads it from there,
+    or, ``self_contained``, is inlined in the page (one file, 4.6 MiB more).
+    """
     target = Path(out)
-    page, problems = draw(report, title=title, path=path)
+    page, problems = draw(report, title=title, path=path, plotly_js=None if self_contained else plotly_js_name())
+    if not self_contained:
+        write_plotly_js(target.parent)
     write_atomic(target, [page.encode()])
     return target, problems
 
@@ -496,5 +629,5 @@ def report_path_for(target: str | os.PathLike) -> Path:
     return target
 
 
-__all__ = ["NOT_A_NUMBER", "ZERO_AT", "Checks", "draw", "load_report", "operator_figure", "render", "report_path_for",
-           "sampling_figures", "trajectory_figures", "write_html"]
+__all__ = ["NOT_A_NUMBER", "ZERO_AT", "Checks", "draw", "load_report", "operator_figure", "plotly_js_name", "render",
+           "report_path_for", "sampling_figures", "trajectory_figures", "write_html", "write_plotly_js"]

@@ -67,7 +67,7 @@ def drawn(reference_capture, tmp_path_factory):
     (root / "reports").mkdir(exist_ok=True)
     shutil.copy(sorted(folder.glob("replay-*.json"))[-1], root / "reports" / "replay.json")
     out = folder / "r.html"
-    result = _cli("report", str(root), "--html", str(out), "--json")
+    result = _cli("report", str(root), "--html", str(out), "--json", "--self-contained")
     assert result.returncode == 0, result.stderr
     return out, json.loads(result.stdout)
 
@@ -141,5 +141,5 @@ def test_sampling_verdicts_draw_a_pit_histogram_and_operators_their_ratios():
     assert pit[0]["y"] == [3] * 10  # summed over the definition's cases
     assert "sampling_v8: PIT histogram (30 draws), verdict passed" in page and "pit n=30 p=0.5" in page
     boxes = next(f for f in figures if f[0].get("type") == "box")
-    assert boxes[0]["name"] == "gemm_a" and boxes[0]["y"] == [0.25, 3.0]
+    assert boxes[0]["name"] == "gemm_a" and boxes[0]["x"] == [0.25, 3.0]  # horizontal: one row per definition
     assert "Diffusion trajectories" not in page  # nothing to draw there
