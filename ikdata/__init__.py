@@ -1,12 +1,22 @@
 """ikdata: content-addressed datasets of real operator workloads.
 
-    >>> import ikdata
-    >>> ds = ikdata.open("captures/minilm")
-    >>> report = ikdata.validate(ds, deep=True)
-    >>> ikdata.import_dataset("captures/minilm", "shared/")   # validated workloads only
+The face (each name loads its module on first use; ``__all__`` lists them all):
 
-Capture lives in :mod:`ikdata.capture`, replay in :mod:`ikdata.replay.runner` (both import
-torch), sharing in :mod:`ikdata.remote`.
+    open(path) -> Dataset          a dataset folder (ikdata, the seed capture layout, FlashInfer Trace)
+    validate(path or Dataset)      every record, reference and blob: a ValidationReport
+    import_dataset(src, dst)       merge the validated workloads of SRC into DST, all or nothing
+    Dataset, WorkloadRow, Receipt, TensorRef, Scalar, Definition, BlobStore, Problem    the records
+    IkdataError and its subclasses (UsageError, NotADataset, ProblemsFound, ...)        the errors
+
+    >>> import tempfile, ikdata
+    >>> from ikdata.core.layout import init_dataset
+    >>> root = tempfile.mkdtemp() + "/shared"
+    >>> _ = init_dataset(root)
+    >>> ikdata.validate(root).ok
+    True
+
+Capture lives in :mod:`ikdata.capture`, replay in :mod:`ikdata.replay.runner` (both import torch),
+sharing in :mod:`ikdata.remote`, the command line in :mod:`ikdata.cli`.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ _FACE = {
     "Problem": "ikdata.core.problems", "Receipt": "ikdata.core.records", "Scalar": "ikdata.core.records",
     "TensorRef": "ikdata.core.records", "WorkloadRow": "ikdata.core.records", "BlobStore": "ikdata.core.store",
     "ValidationReport": "ikdata.ops.validate", "validate": "ikdata.ops.validate",
+    "NotADataset": "ikdata.core.dataset",
 }
 
 
@@ -36,17 +47,11 @@ def __getattr__(name: str) -> _Any:
         raise AttributeError(f"module 'ikdata' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FACE))
+    return getattr(importlib.import_module(module), name)  # not cached here, so help(ikdata) stays short
 
 
 if _TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
-    from ikdata.core.dataset import Dataset, open  # noqa: F401
+    from ikdata.core.dataset import Dataset, NotADataset, open  # noqa: F401
     from ikdata.core.definitions import Definition  # noqa: F401
     from ikdata.core.errors import (BlobCorrupted, BlobNotFound, DefinitionError, FileSystemError,  # noqa: F401
                                     IkdataError, MergeConflict, ProblemsFound, RecordError, RemoteError, StoreError,
@@ -59,7 +64,7 @@ if _TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
 
 __all__ = [
     "BlobCorrupted", "BlobNotFound", "BlobStore", "Dataset", "Definition", "DefinitionError", "FileSystemError",
-    "IkdataError", "ImportResult", "MergeConflict", "Problem", "ProblemsFound", "Receipt", "RecordError",
+    "IkdataError", "ImportResult", "MergeConflict", "NotADataset", "Problem", "ProblemsFound", "Receipt", "RecordError",
     "RemoteError", "Scalar", "StoreError", "TensorRef", "UntrustedReference", "UsageError",
     "ValidationReport", "WorkloadRow", "__version__", "import_dataset", "open", "validate",
 ]

@@ -94,7 +94,8 @@ def main() -> None:
     page = out / "clip-report.html"
     run("draw the clip's replay report", ["report", str(clip), "--html", str(page)], steps)
     summary(steps)
-    print(f"\nDatasets are in {out}. Try: ikdata show {shared} {listing[0]['uuid'][:8] if listing else 'UUID'}")
+    print(f"\nDatasets are in {out}. Try: .venv/bin/ikdata show {shared} "
+          f"{listing[0]['uuid'][:8] if listing else 'UUID'} (or '. .venv/bin/activate' first, then 'ikdata ...')")
     print(f"The clip's replay report, drawn: {page} (open it in a browser)")
 
 

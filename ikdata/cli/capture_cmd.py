@@ -12,13 +12,14 @@ from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import JsonOpt, QuietOpt
 
-CAPTURE_EXAMPLES = """Examples:
-
+CAPTURE_EXAMPLES = """
+\b
+Examples:
   ikdata capture --into runs/minilm -- python tools/examples/minilm_embed.py
-
-  ikdata capture --into runs/llama --only gemm,attention --steps 0,1 --max-bytes 256MB -- python gen.py
-
-  ikdata capture --into runs/srv --request-file /tmp/req.json --step-module Qwen3ForCausalLM \\
+  ikdata capture --into runs/llama --only gemm,attention --steps 0,1 \\
+      --max-bytes 256MB -- python gen.py
+  ikdata capture --into runs/srv --request-file /tmp/req.json \\
+      --step-module Qwen3ForCausalLM \\
       -- python -m sglang.launch_server --disable-cuda-graph ...
 """
 
@@ -105,6 +106,9 @@ def capture(
     if result.lost:
         out.err_console.print(f"error: {result.lost} captured workload(s) could not be written (see the failures "
                               "above); the dataset holds the others, each row with its receipt", markup=False)
+        code = code or 1
+    for lost in result.lost_calls():  # the program's calls that capture could not record: never exit 0
+        out.err_console.print(f"error: not captured: {lost}", markup=False)
         code = code or 1
     if result.returncode != 0:
         out.err_console.print(f"the command exited with status {result.returncode}", markup=False)

@@ -7,13 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from ikdata.core import manifest as manifest_mod
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt, open_dataset
-from ikdata.core.errors import UsageError
+from ikdata.cli._options import (DatasetArg, DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt,
+                                 QuietOpt, open_dataset)
 
 VALIDATE_EXAMPLES = """
+\b
 Examples:
   ikdata validate runs/minilm --deep
   ikdata validate seed-capture --definitions seed/definitions --json
@@ -25,9 +25,13 @@ def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dat
          description: Annotated[Optional[str], typer.Option(help="One-line description.")] = None,
          json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Create an empty ikdata dataset with its manifest."""
+    from ikdata.core.dataset import MANIFEST
+    from ikdata.core.errors import UsageError
     from ikdata.core.layout import init_dataset
 
     o = out.Output(json=json_, quiet=quiet)
+    if (Path(path) / MANIFEST).exists():  # init never rewrites a dataset (its id would change)
+        raise UsageError(f"{path}: already a dataset ({MANIFEST} exists); init creates new datasets only")
     dataset_id = init_dataset(path, name=name, description=description)
     o.result({"path": str(path), "id": dataset_id},
              lambda: out.info(f"initialised {path} (id {dataset_id[:12]})"))
@@ -38,12 +42,15 @@ def validate(ctx: typer.Context, path: DatasetOrUrlArg,
              deep: Annotated[bool, typer.Option("--deep", help="Also rehash every blob.")] = False,
              definitions: DefinitionsOpt = None, json_: JsonOpt = False,
              jobs: Annotated[Optional[int], typer.Option("--jobs", min=1, help="Threads for blob checks.")] = None,
-             quiet: QuietOpt = False) -> None:
+             quiet: QuietOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
+             json_lines: Annotated[bool, typer.Option("--json-lines", help="Print JSON Lines on stdout: one "
+                                                      "problem per line, then a summary line.")] = False) -> None:
     """Check every record, reference and blob; report every problem. Exit 1 if any."""
     from ikdata.ops.validate import validate as run_validate
 
     o = out.Output(json=json_, quiet=quiet)
-    ds = open_dataset(path, definitions, ctx=ctx, blobs="full" if deep else "headers")
+    ds = open_dataset(path, definitions, ctx=ctx, blobs="full" if deep else "headers", endpoint_url=endpoint_url,
+                      profile=profile)
     with o.progress("validate", unit="blobs") as progress:
         report = run_validate(ds, deep=deep, jobs=jobs, progress=progress)
 
@@ -54,6 +61,9 @@ def validate(ctx: typer.Context, path: DatasetOrUrlArg,
                  f"{report.receipts} receipts, {report.blobs_checked} blobs checked"
                  + (f", {report.blobs_rehashed} rehashed" if deep else ""))
 
+    if json_lines:
+        out.emit_json_lines(report.json_lines())
+        o.exit(not report.ok)
     o.result(report.to_dict(), human)
     if quiet and not json_:
         o.problems(report.problems)
@@ -63,11 +73,14 @@ def validate(ctx: typer.Context, path: DatasetOrUrlArg,
 @app.command("ls")
 def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annotated[Optional[str], typer.Option(
         "--definition", help="Only this definition's workloads.")] = None,
-        definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+        definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False,
+        endpoint_url: EndpointOpt = None, profile: ProfileOpt = None) -> None:
     """List workloads: uuid, definition, axes. Exit 1 if a line could not be read."""
     o = out.Output(json=json_, quiet=quiet)
-    ds = open_dataset(path, definitions, ctx=ctx)
+    ds = open_dataset(path, definitions, ctx=ctx, endpoint_url=endpoint_url, profile=profile)
     rows = list(ds.workloads(definition))
+    if definition is not None and not rows:
+        _no_such_definition(ds, definition)
     o.result([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source} for r in rows],
              lambda: out.table(f"{len(rows)} workloads", ["uuid", "definition", "axes"],
                                [(r.uuid, r.definition, " ".join(f"{k}={v}" for k, v in r.axes.items()))
@@ -76,43 +89,73 @@ def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annota
     o.exit(ds.problems)
 
 
+def _no_such_definition(ds, definition: str):
+    """``ls --definition NAME`` naming no definition of the dataset: refused, with the names it has."""
+    from ikdata.core.errors import IkdataError
+
+    names = sorted(set(ds.definitions) | {r.definition for r in ds.workloads(validate=False)})
+    if definition not in names:
+        shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
+        raise IkdataError(f"--definition {definition!r}: {ds.root} has no such definition"
+                         + (f"; it has {shown}" if names else "; it has none"))
+
+
 @app.command()
-def show(path: DatasetArg, uuid: Annotated[str, typer.Argument(
-        help="Workload uuid or trajectory id (a unique prefix is enough).")],
-         definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+def show(ctx: typer.Context, path: DatasetOrUrlArg, uuid: Annotated[str, typer.Argument(
+        help="Workload uuid (a unique prefix is enough), trajectory id, or TRAJECTORY:STEP[:STREAM] as lineage "
+        "takes it.", metavar="KEY")],
+         definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False,
+         endpoint_url: EndpointOpt = None, profile: ProfileOpt = None) -> None:
     """Show one workload: its row, its receipt and its blobs."""
     from ikdata.ops.inspect import describe_workload
 
     o = out.Output(json=json_, quiet=quiet)
-    ds = open_dataset(path, definitions)
-    from ikdata.diffusion.views import describe as describe_trajectory
+    ds = open_dataset(path, definitions, ctx=ctx, blobs="headers", endpoint_url=endpoint_url, profile=profile)
+    if (ds.root / "trajectories").exists():  # only a dataset with trajectories pays for their module
+        from ikdata.diffusion.views import describe as describe_trajectory
 
-    trajectory = describe_trajectory(ds, uuid)  # a diffusion trajectory id (prefix) shows the trajectory
-    if trajectory is not None:
-        from ikdata.cli._trajectory import print_trajectory
+        trajectory = describe_trajectory(ds, uuid)  # a diffusion trajectory id (prefix) shows the trajectory
+        if trajectory is not None:
+            from ikdata.cli._trajectory import print_trajectory
 
-        o.result(trajectory, lambda: print_trajectory(trajectory))
-        return
-    document = describe_workload(ds, uuid)
+            o.result(trajectory, lambda: print_trajectory(trajectory))
+            return
+    if ":" in uuid:  # TRAJECTORY:STEP[:STREAM]: the workloads of those steps, as lineage finds them
+        from ikdata.ops.lineage import trace
 
-    def human() -> None:
-        row = document["row"]
-        out.info(f"workload {row['workload']['uuid']}  definition {row['definition']}  ({document['source']})")
-        out.table("inputs", ["name", "descriptor", "dtype", "shape"],
-                  [(n, d["descriptor"], d.get("dtype", ""), d.get("shape", ""))
-                   for n, d in document["inputs"].items()])
-        for receipt in document["receipts"]:
-            facts = {k: v for k, v in receipt.items() if k not in ("expected_output", "uuid", "definition")}
-            out.info("receipt: " + ", ".join(f"{k}={v}" for k, v in sorted(facts.items())))
-
-    o.result(document, human)
+        uuids = list(dict.fromkeys(c.uuid for c in trace(ds.root, uuid)))
+        documents = [describe_workload(ds, u) for u in uuids]
+        o.result(documents if len(documents) != 1 else documents[0],
+                 lambda: [_print_workload(d) for d in documents])
+    else:
+        document = describe_workload(ds, uuid)
+        o.result(document, lambda: _print_workload(document))
     o.problems(ds.problems)
     o.exit(ds.problems)
 
 
+def _print_workload(document: dict) -> None:
+    """One workload for a person: its row, inputs as dtype, shape and blob, each receipt's facts."""
+    from ikdata.cli._records import descriptor_text, fact_lines, value_text
+
+    row = document["row"]
+    workload = row["workload"]
+    out.info(f"workload {workload['uuid']}  definition {row['definition']}  ({document['source']})")
+    out.info(f"  axes: {value_text(workload.get('axes') or {}) or 'none'}")
+    out.info("  inputs:")
+    for name, entry in document["inputs"].items():
+        text = descriptor_text(entry["descriptor"], dtype=entry.get("dtype"), shape=entry.get("shape"))
+        out.info(f"    {name}: {text}" + (f" ({entry['error']})" if entry.get("error") else ""))
+    for receipt in document["receipts"]:
+        out.info("  receipt:")
+        for line in fact_lines(receipt, skip=("uuid", "definition", "axes")):
+            out.info(f"    {line}")
+
+
 @app.command()
 def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None,
-          json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+          json_: JsonOpt = False, quiet: QuietOpt = False, endpoint_url: EndpointOpt = None,
+          profile: ProfileOpt = None) -> None:
     """Definitions, workloads per definition, blobs, stored and referenced bytes, dedup ratio.
 
     Exit 1 if a line could not be read (the figures then leave it out).
@@ -120,7 +163,7 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
     from ikdata.ops.stats import compute
 
     o = out.Output(json=json_, quiet=quiet)
-    ds = open_dataset(path, definitions, ctx=ctx, blobs="sizes")
+    ds = open_dataset(path, definitions, ctx=ctx, blobs="sizes", endpoint_url=endpoint_url, profile=profile)
     result = compute(ds)
 
     def human() -> None:
@@ -142,9 +185,11 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
 @app.command()
 def repair(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Finish every killed writer (import, capture, replay, gc); set aside torn lines and orphaned receipts."""
+    from ikdata.core.dataset import require_dataset
     from ikdata.core.layout import repair_dataset
 
     o = out.Output(json=json_, quiet=quiet)
+    require_dataset(path)  # repair finishes writers of a dataset; it writes into no other folder
     report = repair_dataset(path)
 
     def human() -> None:
@@ -168,9 +213,12 @@ def repair(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) ->
 @app.command("manifest")
 def manifest_cmd(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Rebuild the manifest from the files (after editing by hand) and print the dataset id."""
-    if not Path(path).is_dir():
-        raise UsageError(f"{path}: no such dataset folder")
-    from ikdata.core.locking import dataset_lock
+    from ikdata.core import manifest as manifest_mod
+    from ikdata.core.dataset import require_dataset
+    from ikdata.core.locking import dataset_lock, refuse_remote
+
+    refuse_remote(path)
+    require_dataset(path)  # a manifest is written for a dataset only, never into any folder
 
     with dataset_lock(path, exclusive=True):
         dataset_id = manifest_mod.write(path)

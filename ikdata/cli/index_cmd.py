@@ -24,12 +24,10 @@ def index(path: DatasetArg, json_: JsonOpt = False,
     import sqlite3
 
     from ikdata.core.dataset import Dataset
-    from ikdata.core.errors import FileSystemError, IkdataError, UsageError
+    from ikdata.core.errors import FileSystemError, IkdataError
     from ikdata.core.index import INDEX_FILE, open_index, record_files
 
-    if not (path / "workloads").is_dir():
-        raise UsageError(f"{path}: not an ikdata dataset (no workloads/ folder)")
-    ds = Dataset.open(path)
+    ds = Dataset.open(path)  # a folder holding no dataset is refused (NotADataset), and nothing is written
     try:
         opened, result = open_index(path, rebuild=not refresh, files=record_files(ds))
     except OSError as exc:  # the OS said no (read-only, full): a problem, exit 1, like every such refusal

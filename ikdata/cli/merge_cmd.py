@@ -10,7 +10,8 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetArg, DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt, open_dataset
+from ikdata.cli._options import (DatasetArg, DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt,
+                                 QuietOpt, local_folder, open_dataset)
 
 # How SRC's verdicts are taken (import, and pull when it merges)
 TrustReportsOpt = Annotated[bool, typer.Option("--trust-reports", help="Take SRC's verdicts on their word: re-judge "
@@ -34,13 +35,14 @@ def check_trusted_digests(trust: list[str] | None) -> tuple[str, ...]:
 
 
 IMPORT_EXAMPLES = """
+\b
 Examples:
   ikdata import runs/host-a shared/gemm
   ikdata import runs/host-b shared/gemm --only-passed --dry-run
   ikdata import seed-capture shared/qwen --definitions seed/definitions
   ikdata import flashinfer-trace shared/fi --keep-random --json
-  ikdata import server-draws.jsonl runs/server      (OpenAI-compatible completions: docs/sampling.md)
-  ikdata import from-a-colleague shared/gemm --definitions my-defs --rejudge-all
+  ikdata import server-draws.jsonl runs/server   (OpenAI-style completions)
+  ikdata import from-a-colleague shared/gemm --definitions defs --rejudge-all
   ikdata import my-own-run shared/gemm --trust-reports
 
 SRC's report is a claim: import reruns the trusted reference on the workloads it admits (all of them,
@@ -50,8 +52,10 @@ does not pass. --trust-reports takes SRC's verdicts on their word.
 
 
 @app.command("import", epilog=IMPORT_EXAMPLES)
-def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to import (ikdata, seed or FlashInfer).")],
-            dst: Annotated[Path, typer.Argument(help="ikdata dataset to merge into (created if missing).")],
+def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import (ikdata, seed or FlashInfer), "
+                                                "or a completions .jsonl.", metavar="SRC", show_default=False)],
+            dst: Annotated[str, typer.Argument(help="ikdata dataset folder to merge into (created if missing).",
+                                               metavar="DST", show_default=False)],
             only_passed: Annotated[bool, typer.Option("--only-passed", help="Import the validated subset; "
                                                       "list what is left out.")] = False,
             dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would happen; write nothing.")] = False,
@@ -67,6 +71,7 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
 
     o = out.Output(json=json_, quiet=quiet)
     trust = check_trusted_digests(trust)
+    src, dst = _import_folders(src, dst)
     if src.suffix == ".jsonl" and src.is_file():  # OpenAI-compatible completions -> sampling workloads
         from ikdata.sampling.completions import import_completions
 
@@ -100,7 +105,22 @@ def import_(src: Annotated[Path, typer.Argument(help="Validated dataset to impor
     o.exit(dry_run and (result.refused or result.conflicts))
 
 
+def _import_folders(src: str, dst: str) -> tuple[Path, Path]:
+    """SRC and DST as local folders: a URL on either side is refused with the command that does it."""
+    from ikdata.core.errors import UsageError
+    from ikdata.remote.url import check_location, is_url
+
+    check_location(src), check_location(dst)
+    if is_url(dst):
+        raise UsageError(f"{dst}: import merges into a local dataset folder; to publish, import locally and push: "
+                         f"ikdata import {src} DIR && ikdata push DIR {dst}")
+    if is_url(src):
+        raise UsageError(f"{src}: to merge a remote dataset, pull it: ikdata pull {src} {dst}")
+    return Path(src), Path(dst)
+
+
 LINEAGE_EXAMPLES = """
+\b
 Examples:
   ikdata lineage shared/gemm 3f2a9c
   ikdata lineage shared/gemm 5d41402abc4b2a76b9719d911017c592... --json
@@ -113,12 +133,14 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             key: Annotated[Optional[str], typer.Argument(help="Workload uuid (or unique prefix), or a blob digest. "
                                                          "Omit it for the dataset's parent graph.")] = None,
             dot: Annotated[bool, typer.Option("--dot", help="Print the parent graph for Graphviz.")] = False,
-            json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+            json_: JsonOpt = False, quiet: QuietOpt = False, endpoint_url: EndpointOpt = None,
+            profile: ProfileOpt = None) -> None:
     """Trace a workload to its capture, imports and validations; or show the parent graph."""
     from ikdata.ops.lineage import graph, trace
 
     o = out.Output(json=json_, quiet=quiet)
-    path = open_dataset(path, None, ctx=ctx).root  # a remote is read through a temporary verified copy
+    path = open_dataset(path, None, ctx=ctx, endpoint_url=endpoint_url,  # a remote: through a temporary
+                        profile=profile).root  # verified copy
     if key is None or dot:
         found = graph(path)
         if dot:
@@ -127,7 +149,7 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             o.result(found.to_dict())
         else:
             for node_id, node in found.nodes.items():
-                out.info(f"{node_id[:12]} {node.name}" + (f" ({node.path})" if node.path else ""))
+                out.info(f"{node_id[:12]} {node.name or '(no name)'}" + (f" ({node.path})" if node.path else ""))
                 for parent in node.parents:
                     out.info(f"  <- {parent['id'][:12]} by {parent.get('how', '?')} at {_when(parent.get('at'))}"
                              f" from {parent.get('source', '?')}")
@@ -140,7 +162,11 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
         out.info(f"workload {chain.uuid} ({chain.definition}) at {chain.row}"
                  + (f", uses the blob as {', '.join(chain.uses)}" if chain.uses else ""))
         capture = chain.capture or {}
-        out.info("  captured: " + (", ".join(f"{k}={v}" for k, v in capture.items()) or "no receipt"))
+        from ikdata.cli._records import fact_lines
+
+        out.info("  captured:" + ("" if capture else " no receipt"))
+        for line in fact_lines(capture):
+            out.info(f"    {line}")
         if chain.call is not None:
             call = chain.call
             out.info(f"  pipeline call: {call['pipeline']} trajectory {call['trajectory'][:12]} ({call['where']}), "
@@ -184,19 +210,20 @@ def _metrics(metrics: object) -> str:
 
 
 def _when(at: object) -> str:
-    import time
+    from ikdata.cli._records import iso_time
 
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)) if isinstance(at, (int, float)) else "?"
+    return iso_time(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else "?"
 
 
 @app.command("diff")
-def diff_(a: Annotated[Path, typer.Argument(help="Dataset A (before).")],
-          b: Annotated[Path, typer.Argument(help="Dataset B (after).")], json_: JsonOpt = False,
-          quiet: QuietOpt = False) -> None:
+def diff_(a: Annotated[str, typer.Argument(help="Dataset A (before).", metavar="A", show_default=False)],
+          b: Annotated[str, typer.Argument(help="Dataset B (after).", metavar="B", show_default=False)],
+          json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Show workloads added, removed and changed per definition, definitions changed, and pipeline calls
     (trajectories: seed, noise, model, scheduler) and model records that differ."""
     from ikdata.ops.diff import diff
 
+    a, b = local_folder(a, "ikdata diff"), local_folder(b, "ikdata diff")
     changes = diff(a, b)
     o = out.Output(json=json_, quiet=quiet)
     if not o.human:
@@ -232,8 +259,10 @@ def gc(path: DatasetArg,
        grace: Annotated[float, typer.Option("--grace", help="Spare blobs younger than this many minutes.")] = 10.0,
        json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Delete blobs that no workload or receipt references (holds the dataset lock)."""
+    from ikdata.core.dataset import require_dataset
     from ikdata.ops.gc import collect_garbage
 
+    require_dataset(path)
     result = collect_garbage(path, dry_run=dry_run, grace_minutes=grace)
     o = out.Output(json=json_, quiet=quiet)
     if not o.human:

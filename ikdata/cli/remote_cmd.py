@@ -9,32 +9,42 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DefinitionsOpt, JsonOpt, QuietOpt
+from ikdata.cli._options import DefinitionsOpt, JsonOpt, QuietOpt, _local_callback, _location_callback
 from ikdata.cli.merge_cmd import RejudgeAllOpt, TrustOpt, TrustReportsOpt, check_trusted_digests
 
 UrlArg = Annotated[str, typer.Argument(help="Remote: a folder, file://, memory://, s3://bucket/prefix or "
-                                            "hf://datasets/org/name[@revision].", show_default=False)]
+                                            "hf://datasets/org/name[@revision].", show_default=False,
+                                       metavar="URL", callback=_location_callback)]
+LocalArg = Annotated[str, typer.Argument(help="Dataset folder.", show_default=False, metavar="DIR",
+                                         callback=_local_callback)]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel transfers.")]
 EndpointOpt = Annotated[Optional[str], typer.Option(
     "--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL) or Hub endpoint (default: HF_ENDPOINT).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="AWS profile (default: AWS_PROFILE).")]
 RevisionOpt = Annotated[Optional[str], typer.Option("--revision", help="Hub branch or commit (or URL@REV).")]
+PackOpt = Annotated[bool, typer.Option("--pack/--no-pack", help="Send packs as packs and pack small loose blobs "
+                                       "(default); --no-pack sends every blob loose (remote layout 1, which "
+                                       "older ikdata reads).")]
 
 PUSH_EXAMPLES = """
+\b
 Examples:
   ikdata push runs/gemm s3://team-bucket/datasets/gemm
   ikdata push runs/gemm hf://datasets/acme/gemm-captures --jobs 16
   ikdata push runs/gemm /mnt/shared/gemm --json
 """
 PULL_EXAMPLES = """
+\b
 Examples:
   ikdata pull s3://team-bucket/datasets/gemm shared/gemm
   ikdata pull hf://datasets/acme/gemm-captures@main shared/gemm
 """
 CLONE_EXAMPLES = """
+\b
 Examples:
   ikdata clone s3://team-bucket/datasets/gemm gemm
-  ikdata clone hf://datasets/acme/gemm-captures gemm --endpoint-url http://localhost:8080
+  ikdata clone hf://datasets/acme/gemm-captures gemm \\
+      --endpoint-url http://localhost:8080
 """
 
 
@@ -45,21 +55,24 @@ def _options(endpoint_url: str | None, profile: str | None, revision: str | None
 
 
 @app.command(epilog=PUSH_EXAMPLES)
-def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_default=False)], url: UrlArg,
+def push(path: LocalArg, url: UrlArg,
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
          revision: RevisionOpt = None, quiet: QuietOpt = False, definitions: DefinitionsOpt = None,
-         trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False) -> None:
+         trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False,
+         pack: PackOpt = True) -> None:
     """Publish a dataset: only the blobs the remote lacks, then the files, then the manifest (last, atomically).
     When another pusher got there first, their data is merged in first by the rules of pull (re-judged
     unless --trust-reports)."""
+    from ikdata.core.dataset import require_dataset
     from ikdata.remote import push as push_mod
 
+    require_dataset(path)  # what is pushed is a dataset; a folder holding none is refused before any remote work
     judging = dict(definitions=definitions or (), trust=check_trusted_digests(trust), trust_reports=trust_reports,
                    rejudge_all=rejudge_all)
     o = out.Output(json=json_, quiet=quiet)
     with o.progress("push", unit="objects") as progress:
         result = push_mod.push(path, url, options=_options(endpoint_url, profile, revision), jobs=jobs,
-                               progress=progress, **judging)
+                               progress=progress, pack=pack, **judging)
     if not o.human:
         o.result(result.to_dict())
         return
@@ -73,7 +86,7 @@ def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_defau
         verdict = "repaired" if not result.published else verdict
     how = ", ".join(f"{n} {method}" for method, n in result.checked.items() if method != "size")
     out.info(f"{url}: {verdict} (id {result.dataset_id[:12]}) — sent {result.blobs_sent} blobs "
-             f"({out.human_bytes(result.bytes_sent)}) and {result.files_sent} files; "
+             f"({out.human_bytes(result.bytes_sent)}{f', in {result.packs_sent} pack(s)' if result.packs_sent else ''}) and {result.files_sent} files; "
              f"{result.blobs_present} blobs were already there; remote objects relied on: "
              f"{result.objects_checked} checked ({how or 'none'}), {len(result.trusted_by_size)} trusted by size only")
     if result.trusted_by_size:
@@ -82,8 +95,9 @@ def push(path: Annotated[Path, typer.Argument(help="Dataset folder.", show_defau
 
 
 @app.command(epilog=PULL_EXAMPLES)
-def pull(url: UrlArg, path: Annotated[Path, typer.Argument(help="Dataset folder (created if new).",
-                                                           show_default=False)],
+def pull(url: UrlArg, path: Annotated[str, typer.Argument(help="Dataset folder (created if new).",
+                                                          show_default=False, metavar="DIR",
+                                                          callback=_local_callback)],
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
          revision: RevisionOpt = None, quiet: QuietOpt = False, definitions: DefinitionsOpt = None,
          trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False) -> None:
@@ -101,7 +115,8 @@ def pull(url: UrlArg, path: Annotated[Path, typer.Argument(help="Dataset folder 
 
 
 @app.command(epilog=CLONE_EXAMPLES)
-def clone(url: UrlArg, path: Annotated[Path, typer.Argument(help="New dataset folder.", show_default=False)],
+def clone(url: UrlArg, path: Annotated[str, typer.Argument(help="New dataset folder.", show_default=False,
+                                                           metavar="DIR", callback=_local_callback)],
           jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
           revision: RevisionOpt = None, quiet: QuietOpt = False) -> None:
     """Copy a remote dataset into a new folder, verifying every blob; the folder appears only when complete."""

@@ -17,7 +17,7 @@ from typing import Any, Collection, Iterable, Iterator
 
 from ikdata.core import jsonl, schema
 from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, read_folder, shipped_folder)
-from ikdata.core.errors import RecordError, UsageError
+from ikdata.core.errors import IkdataError, RecordError, UsageError
 from ikdata.core.paths import PathResolver, UnsafePath
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
@@ -34,13 +34,62 @@ _SEED_RECEIPTS = ("results/captures.jsonl", "captures.jsonl")
 _SEED_REPORT = "results/replay.json"
 
 
-def detect_layout(root: Path) -> str:
-    """Which layout a folder holds: ikdata, the seed capture script's, or FlashInfer Trace."""
+# What makes a folder a dataset, in the words every refusal uses (:class:`NotADataset`).
+LOOKED_FOR = ("ikdata.json, receipts.jsonl or blob/sha256/ (an ikdata dataset), captures.jsonl or "
+              "results/captures.jsonl (the seed capture layout), or a definitions/ or workloads/ folder "
+              "(FlashInfer Trace)")
+
+
+class NotADataset(IkdataError):
+    """A folder that holds no dataset of any layout ikdata reads (exit 1).
+
+    Attributes:
+        path: the folder.
+        looked_for: what would have made it a dataset (:data:`LOOKED_FOR`).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path, self.looked_for = Path(path), LOOKED_FOR
+        super().__init__(f"{path}: not a dataset: looked for {LOOKED_FOR} and found none; create one with "
+                         f"'ikdata init {path}' or 'ikdata capture --into {path} -- CMD'")
+
+
+def find_layout(root: Path) -> str | None:
+    """Which layout a folder holds (ikdata, the seed capture script's, FlashInfer Trace), or None."""
     if (root / MANIFEST).exists() or (root / RECEIPTS).exists() or (root / "blob" / "sha256").is_dir():
         return IKDATA
     if any((root / p).exists() for p in _SEED_RECEIPTS):
         return SEED
-    return FLASHINFER
+    if (root / "definitions").is_dir() or (root / "workloads").is_dir():
+        return FLASHINFER
+    return None
+
+
+def detect_layout(root: Path) -> str:
+    """Which layout a folder holds; "" when it holds none (see :func:`require_dataset`)."""
+    return find_layout(root) or ""
+
+
+def require_dataset(root: str | os.PathLike) -> str:
+    """The layout of the dataset folder ``root``.
+
+    Raises:
+        UsageError: no such folder.
+        NotADataset: a folder holding no dataset (nothing is written into it).
+
+    Example:
+        >>> import tempfile
+        >>> require_dataset(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ikdata.core.dataset.NotADataset: ...: not a dataset: looked for ikdata.json, ...
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"{root}: no such dataset folder")
+    layout = find_layout(root)
+    if layout is None:
+        raise NotADataset(root)
+    return layout
 
 
 def blob_paths(record: Any) -> list[str]:
@@ -108,15 +157,18 @@ class Dataset:
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, definitions: Iterable[str | os.PathLike] = ()) -> Dataset:
-        """Open a dataset folder; ``definitions`` are extra, trusted definition folders."""
+        """Open a dataset folder (or return the :class:`Dataset` given); ``definitions`` are extra, trusted
+        definition folders. Raises :class:`NotADataset` for a folder that holds no dataset."""
+        if isinstance(path, Dataset):  # library functions take a path or a Dataset alike
+            extra = tuple(Path(d) for d in definitions if Path(d) not in path.definition_folders)
+            return path if not extra else cls(path.root, path.layout, path.definition_folders + extra)
         root = Path(path)
-        if not root.is_dir():
-            raise UsageError(f"{root}: no such dataset folder")
+        layout = require_dataset(root)
         folders = tuple(Path(d) for d in definitions)
         for folder in folders:
             if not folder.is_dir():
                 raise UsageError(f"{folder}: --definitions must name a folder of definition JSON files")
-        return cls(root, detect_layout(root), folders)
+        return cls(root, layout, folders)
 
     @property
     def store(self) -> BlobStore:
@@ -263,10 +315,8 @@ class Dataset:
         no schema checks: what gc keeps, what a pull fetches, what stats counts."""
         uses: Counter = Counter()
         problems: list[Problem] = []
-        for path in self.workload_files() + self.receipt_files():
-            content = jsonl.read(path, display=self.rel(path))
-            problems += content.problems
-            for _, record in content.records:
+        for path in self.workload_files() + self.receipt_files():  # streamed: no file is held whole
+            for _, record in jsonl.iter_records(path, problems, display=self.rel(path)):
                 uses.update(blob_paths(record))
         from ikdata.diffusion.trajectories import referenced_paths  # diffusion trajectories and stored models
 
@@ -332,10 +382,20 @@ def open(path: str | os.PathLike, *, definitions: Iterable[str | os.PathLike] = 
     """Open a dataset folder in any layout ikdata reads.
 
     Args:
-        path: the dataset folder.
+        path: the dataset folder (or a :class:`Dataset`, returned as it is).
         definitions: extra folders of definitions, trusted because the user named them.
 
     Raises:
         UsageError: the folder does not exist.
+        NotADataset: the folder holds no dataset (:func:`require_dataset` says what was looked for).
+
+    Example:
+        >>> import tempfile, ikdata
+        >>> from ikdata.core.layout import init_dataset
+        >>> root = tempfile.mkdtemp() + "/ds"
+        >>> _ = init_dataset(root)
+        >>> ds = ikdata.open(root)
+        >>> ds.layout, list(ds.workloads())
+        ('ikdata', [])
     """
     return Dataset.open(path, definitions=definitions)

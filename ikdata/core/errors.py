@@ -13,6 +13,7 @@
       ProblemsFound         a check found problems (.problems)
         GcLeftDamage        gc finished but left a damaged pack in place (.result)     ops/gc.py
       MergeConflict         an import that would overwrite different content (.paths)
+      NotADataset           a folder holding no dataset of any layout (.path, .looked_for)  core/dataset.py
       RemoteError           a remote that cannot be reached or read (.url)
         PublishConflict     another writer published first (compare-and-swap lost)   remote/backend.py
         BlobRefused         a fetched blob is not the tensor its name says            remote/blob_cache.py

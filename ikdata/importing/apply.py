@@ -36,7 +36,7 @@ from typing import Sequence
 import orjson
 
 from ikdata.core import manifest
-from ikdata.core.dataset import detect_layout, IKDATA
+from ikdata.core.dataset import Dataset, detect_layout, IKDATA
 from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.importing.foreign import LeftOut
@@ -141,10 +141,15 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
         UsageError: SRC is DST, or DST is not an ikdata dataset.
 
     Example:
-        >>> result = import_dataset("runs/host-a", "shared/gemm")
-        >>> len(result.added), result.dataset_id
+        >>> import tempfile, ikdata
+        >>> from ikdata.core.layout import init_dataset
+        >>> work = tempfile.mkdtemp()
+        >>> _ = init_dataset(work + "/host-a")
+        >>> result = ikdata.import_dataset(work + "/host-a", work + "/shared")  # paths or Datasets alike
+        >>> len(result.added), ikdata.open(work + "/shared").layout
+        (0, 'ikdata')
     """
-    src, dst = Path(src), Path(dst)
+    src, dst = (Path(p.root if isinstance(p, Dataset) else p) for p in (src, dst))  # a path or a Dataset alike
     if not src.is_dir():
         raise UsageError(f"{src}: no such dataset folder")
     if dst.exists() and src.resolve() == dst.resolve():

@@ -16,10 +16,17 @@ Example:
     >>> clone("s3://team-bucket/gemm", "gemm-copy").dataset_id
 """
 
-from ikdata.remote.pull import PullResult
-from ikdata.remote.push import PushResult
-from ikdata.remote.readonly import open_url
-from ikdata.remote.transfer import Progress
-from ikdata.remote.url import RemoteOptions, is_url, parse_url
+_LAZY = {"PullResult": "pull", "PushResult": "push", "open_url": "readonly", "Progress": "transfer",
+         "RemoteOptions": "url", "is_url": "url", "parse_url": "url"}
+
+
+def __getattr__(name: str):
+    """The names below, loaded on first use: ``ikdata.remote.url`` alone must not load push and pull
+    (every command parses a URL; issue 26, start-up)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ikdata.remote' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"ikdata.remote.{_LAZY[name]}"), name)
 
 __all__ = ["open_url", "PushResult", "PullResult", "Progress", "RemoteOptions", "is_url", "parse_url"]

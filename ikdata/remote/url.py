@@ -18,9 +18,55 @@ _SCHEME_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
 _HF_RE = re.compile(r"^(datasets|models)/([^/@]+/[^/@]+)(?:@([^/]+))?(?:/(.*))?$")
 
 
+# A scheme without its two slashes ("s3:/bucket", "hf:datasets/x"): a typo, never a folder name.
+_TYPO_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):/?(?!/)(.*)$")
+BUILT_IN = ("file", "local", "memory", "s3", "s3a", "hf")
+_KNOWN = "a folder, file://, memory://, s3://BUCKET/PREFIX or hf://datasets/ORG/NAME"
+
+
 def is_url(text: str | os.PathLike) -> bool:
-    """Whether ``text`` names a remote (``scheme://...``) rather than a local folder."""
+    """Whether ``text`` names a remote (``scheme://...``) rather than a local folder.
+
+    Example:
+        >>> is_url("s3://bucket/team/gemm"), is_url("runs/gemm")
+        (True, False)
+    """
     return bool(_SCHEME_RE.match(str(text)))
+
+
+def check_location(text: str | os.PathLike) -> str:
+    """``text`` unchanged when it is a local path or a URL of a scheme ikdata can reach.
+
+    Raises:
+        UsageError: a scheme written without its ``//`` (``s3:/bucket``: a typo, which would otherwise
+            become a local folder named ``s3:``), or a scheme neither ikdata nor fsspec knows.
+
+    Example:
+        >>> check_location("s3:/nobucket/y")
+        Traceback (most recent call last):
+        ikdata.core.errors.UsageError: s3:/nobucket/y: did you mean s3://nobucket/y? ...
+    """
+    text = os.fspath(text)
+    typo = None if _SCHEME_RE.match(text) else _TYPO_RE.match(text)
+    if typo and (typo.group(1).lower() in BUILT_IN or _fsspec_knows(typo.group(1).lower())):
+        fixed = f"{typo.group(1)}://{typo.group(2)}"
+        raise UsageError(f"{text}: did you mean {fixed}? A URL's scheme is followed by '://'; write ./{text} "
+                         "for a local folder of that name")
+    match = _SCHEME_RE.match(text)
+    if match:
+        protocol = match.group(1).lower()
+        if protocol not in BUILT_IN and not _fsspec_knows(protocol):
+            raise UsageError(f"{text}: unknown URL scheme {protocol}://; expected {_KNOWN} (or another "
+                             "scheme fsspec knows)")
+    return text
+
+
+def _fsspec_knows(protocol: str) -> bool:
+    try:
+        from fsspec.registry import known_implementations, registry
+    except ImportError:  # pragma: no cover - fsspec is a dependency
+        return False
+    return protocol in known_implementations or protocol in registry
 
 
 @dataclass(frozen=True)
@@ -72,7 +118,7 @@ def parse_url(url: str | os.PathLike) -> RemoteURL:
         >>> parse_url("hf://datasets/acme/gemm@main").repo_id
         'acme/gemm'
     """
-    text = os.fspath(url)
+    text = check_location(url)
     match = _SCHEME_RE.match(text)
     if not match:
         if not text:

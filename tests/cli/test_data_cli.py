@@ -60,7 +60,7 @@ def test_ls_and_filters(ikdata_dataset):
     assert [r["axes"] for r in rows] == [{"M": 1}, {"M": 2}, {"M": 3}]
     assert all(r["definition"] == GEMM_NAME and r["source"] == ROWS for r in rows)
     none = runner.invoke(app, ["ls", str(ikdata_dataset), "--definition", "other", "--json"])
-    assert json.loads(none.stdout) == []
+    assert none.exit_code == 1 and "no such definition" in none.output  # refused, not "0 workloads" (#27)
     human = runner.invoke(app, ["ls", str(ikdata_dataset)])
     assert "3 workloads" in human.output and rows[0]["uuid"] in human.output
 

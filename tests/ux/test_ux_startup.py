@@ -1,0 +1,41 @@
+"""Issue 26, start-up: read-only commands import only what they use. ``ikdata show`` loads a bounded number of
+modules (counted in a real process: no timing is asserted), ``--version`` and ``--help`` load no typer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+COUNT = ("import runpy, sys, json\n"
+         "sys.argv = ['ikdata', *json.loads(sys.argv[1])]\n"
+         "try:\n    from ikdata.cli import main; main()\n"
+         "except SystemExit:\n    pass\n"
+         "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n")
+SHOW_LIMIT = 380  # 389 before the change (every command module), 367 after; typer pulls in pydantic
+
+
+def _modules(*args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", COUNT, json.dumps(list(args))], capture_output=True, text=True,
+                          timeout=120)
+    line = next(l for l in done.stderr.splitlines() if l.startswith("MODULES "))
+    return json.loads(line[len("MODULES "):])
+
+
+def test_show_loads_only_what_it_uses(small_dataset):
+    import ikdata
+
+    uuid = next(ikdata.open(small_dataset).workloads()).uuid
+    loaded = _modules("show", str(small_dataset), uuid[:8])
+    heavy = [m for m in loaded if m.split(".")[0] in ("torch", "numpy", "ray", "s3fs", "huggingface_hub", "plotly")
+             or m.startswith(("ikdata.capture", "ikdata.replay", "ikdata.importing", "ikdata.remote.push",
+                              "ikdata.remote.pull", "ikdata.cli.replay_cmd", "ikdata.cli.capture_cmd",
+                              "ikdata.cli.remote_cmd", "ikdata.diffusion", "ikdata.sampling"))]
+    assert heavy == []
+    assert len(loaded) <= SHOW_LIMIT, len(loaded)
+
+
+def test_version_and_help_load_no_typer():
+    for args in (["--version"], ["--help"]):
+        loaded = _modules(*args)
+        assert not [m for m in loaded if m.split(".")[0] in ("typer", "rich", "pydantic", "click")], args
