@@ -73,19 +73,18 @@ class _Use:
 
 
 class _Uses:
-    """Every tensor use, held until the blob headers are read: 7 integers each (strings, refs and
-    shapes numbered once, :class:`ikdata.core.spill.Interned`), on disk past the spill threshold."""
+    """Every tensor use, held until the blob headers are read: 3 integers each (the site: file,
+    pointer, expected dtype and shape, context, numbered once; the line; the blob ref, numbered
+    once: :class:`ikdata.core.spill.Interned`), on disk past the spill threshold."""
 
     def __init__(self) -> None:
-        self._records = spill.RecordList(7)
-        self._wheres, self._pointers, self._refs = spill.Interned(), spill.Interned(), spill.Interned()
-        self._dtypes, self._shapes, self._contexts = spill.Interned(), spill.Interned(), spill.Interned()
+        self._records = spill.RecordList(3)
+        self._sites, self._refs = spill.Interned(), spill.Interned()
 
     def add(self, where: str, line: int | None, pointer: str, ref: TensorRef, dtype: str | None,
             shape: tuple[int, ...] | None, context: str) -> None:
-        self._records.append(self._wheres.id(where), -1 if line is None else line, self._pointers.id(pointer),
-                             self._refs.id(ref), -1 if dtype is None else self._dtypes.id(dtype),
-                             -1 if shape is None else self._shapes.id(tuple(shape)), self._contexts.id(context))
+        self._records.append(self._sites.id((where, pointer, dtype, None if shape is None else tuple(shape), context)),
+                             -1 if line is None else line, self._refs.id(ref))
 
     def paths(self) -> list[str]:
         """Each blob path used, once, in the order first used."""
@@ -94,16 +93,38 @@ class _Uses:
     def __len__(self) -> int:
         return len(self._records)
 
+    def raw(self) -> Iterator[tuple[tuple, int | None, TensorRef]]:
+        """(site, line, ref) of every use, in order; a site is (where, pointer, dtype, shape, context)."""
+        sites, refs = self._sites.values, self._refs.values
+        for site, line, ref in self._records:
+            yield sites[site], None if line < 0 else line, refs[ref]
+
     def __iter__(self) -> Iterator[_Use]:
-        wheres, pointers, refs = self._wheres.values, self._pointers.values, self._refs.values
-        dtypes, shapes, contexts = self._dtypes.values, self._shapes.values, self._contexts.values
-        for where, line, pointer, ref, dtype, shape, context in self._records:
-            yield _Use(wheres[where], None if line < 0 else line, pointers[pointer], refs[ref],
-                       None if dtype < 0 else dtypes[dtype], None if shape < 0 else shapes[shape],
-                       contexts[context])
+        for (where, pointer, dtype, shape, context), line, ref in self.raw():
+            yield _Use(where, line, pointer, ref, dtype, shape, context)
 
     def close(self) -> None:
         self._records.close()
+
+
+class _Shapes:
+    """``Definition.shape_of`` remembered per (definition, tensor, axes): rows repeat a few shapes."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, tuple[int, ...] | None] = {}
+
+    def of(self, definition: Definition, name: str, axes: tuple) -> tuple[int, ...] | None:
+        key = (id(definition), name, axes)
+        try:
+            return self._known[key]
+        except KeyError:
+            pass
+        except TypeError:  # an axis value that is not hashable: not remembered
+            return definition.shape_of(name, dict(axes))
+        if len(self._known) > 1 << 16:
+            self._known.clear()
+        found = self._known[key] = definition.shape_of(name, dict(axes))
+        return found
 
 
 _shared = sys.intern
@@ -127,8 +148,13 @@ def validate(ds: Dataset | str | os.PathLike, *, deep: bool = False, jobs: int |
             as a deep validation rehashes blobs (possibly from another thread).
 
     Example:
-        >>> report = validate(ikdata.open("runs/gemm"), deep=True)
-        >>> [str(p) for p in report.problems]
+        >>> import tempfile, ikdata
+        >>> from ikdata.core.layout import init_dataset
+        >>> root = tempfile.mkdtemp() + "/gemm"
+        >>> _ = init_dataset(root)
+        >>> report = ikdata.validate(root, deep=True)  # a folder or ikdata.open(root) alike
+        >>> report.ok, [str(p) for p in report.problems]
+        (True, [])
     """
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise UsageError(f"--jobs {jobs!r}: expected a whole number of threads, 1 or more")
@@ -195,6 +221,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
     # rows_by_uuid: uuid -> (file, line, content key, definition, axes items): what receipts and
     # duplicates need, not the row itself
     randoms: list[tuple[str, str, Problem]] = []  # (uuid, input, problem) unless its receipt declares it
+    shapes, clean_layouts = _Shapes(), set()
 
     for path in ds.workload_files():
         display = ds.rel(path)
@@ -208,8 +235,8 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
                                         f"{previous[0]}:{previous[1]}; expected one content per uuid",
                                         line, "/workload/uuid", "duplicate-uuid"))
                 continue
-            rows_by_uuid[uuid] = (display, line, key, _shared(record["definition"]),
-                                  tuple(record["workload"]["axes"].items()))
+            axes_items = tuple(record["workload"]["axes"].items())
+            rows_by_uuid[uuid] = (display, line, key, _shared(record["definition"]), axes_items)
             definition = definitions.get(record["definition"])
             if definition is None:
                 hint = (f"; {misnamed[record['definition']]} has that file name but another 'name'"
@@ -218,7 +245,8 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
                                         f"definitions/**/*.json or a folder passed with --definitions{hint}",
                                         line, "/definition", "unknown-definition"))
                 continue
-            _check_row(ds, definition, record, display, line, problems, uses, randoms)
+            _check_row(ds, definition, record, display, line, problems, uses, randoms, shapes, axes_items,
+                       clean_layouts)
 
     declared: dict[str, list[str]] = {}
     contexts: dict[str, tuple[str, int | None]] = {}  # shared contexts receipts name (core.verdicts): checked once
@@ -249,9 +277,8 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
                 continue
             if isinstance(descriptor, TensorRef):
                 spec = definition.outputs[name] if definition else None
-                axes = dict(row[4])
                 uses.add(receipt.source, receipt.line, pointer, descriptor, spec.torch_dtype if spec else None,
-                         definition.shape_of(name, axes) if definition else None,
+                         shapes.of(definition, name, row[4]) if definition else None,
                          f"output {name!r} of {receipt.definition!r}")
     problems += seen.problems()
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
@@ -348,10 +375,23 @@ def _missing_manifest(ds: Dataset) -> Problem:
 
 
 def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
-               problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]]) -> None:
+               problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]], shapes: _Shapes,
+               axes_items: tuple, clean_layouts: set) -> None:
     workload = record["workload"]
     axes = workload["axes"]
     inputs = workload["inputs"]
+    layout = (id(definition), tuple(inputs), tuple(axes))  # which inputs and axes a row names, not their values
+    if layout not in clean_layouts:
+        before = len(problems)
+        _check_names(definition, inputs, axes, display, line, problems)
+        if len(problems) == before and len(clean_layouts) < 1 << 16:
+            clean_layouts.add(layout)
+    _check_inputs(ds, definition, workload, display, line, problems, uses, randoms, shapes, axes_items)
+
+
+def _check_names(definition: Definition, inputs: dict, axes: dict, display: str, line: int,
+                 problems: list[Problem]) -> None:
+    """The row names every input and var axis of its definition, and nothing else."""
     for name in definition.inputs:
         if name not in inputs:
             problems.append(Problem(display, f"input {name!r} is missing; {definition.name!r} needs "
@@ -368,7 +408,13 @@ def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, 
         if axis not in definition.axes or definition.axes[axis].kind != "var":
             problems.append(Problem(display, f"axis {axis!r} is not a var axis of {definition.name!r}; expected "
                                     f"{definition.var_axes}", line, f"/workload/axes/{axis}", "unknown-axis"))
-    for name, raw in inputs.items():
+
+
+def _check_inputs(ds: Dataset, definition: Definition, workload: dict, display: str, line: int,
+                  problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]], shapes: _Shapes,
+                  axes_items: tuple) -> None:
+    """Each input descriptor against its spec; tensor uses kept for the blob checks."""
+    for name, raw in workload["inputs"].items():
         spec = definition.inputs.get(name)
         if spec is None:
             continue
@@ -390,7 +436,7 @@ def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, 
                                     line, pointer, "scalar-mismatch"))
             continue
         uses.add(display, line, pointer, TensorRef(raw["path"], raw["tensor_key"]), spec.torch_dtype,
-                 definition.shape_of(name, axes), f"input {name!r} of {definition.name!r}")
+                 shapes.of(definition, name, axes_items), f"input {name!r} of {definition.name!r}")
 
 
 def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bool,
@@ -405,11 +451,12 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
     resolved = ds.resolve_all(uses.paths(), known_inside=inside)
     for rel, found in resolved.items():
         files[rel] = None if isinstance(found, RecordError) else found
-    for use in uses:
-        found = resolved[use.ref.path]
-        if isinstance(found, RecordError):
-            problems.append(Problem(use.where, str(found).lstrip(": "), use.line, use.pointer + "/path",
-                                    "unsafe-path"))
+    if None in files.values():  # a refused path: said at each use of it
+        for use in uses:
+            found = resolved[use.ref.path]
+            if isinstance(found, RecordError):
+                problems.append(Problem(use.where, str(found).lstrip(": "), use.line, use.pointer + "/path",
+                                        "unsafe-path"))
     readable = {rel: path for rel, path in files.items()
                 if path is not None and (rel in stored or path.is_file())}
     entries: dict[str, list[TensorEntry] | str] = {}
@@ -457,33 +504,42 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
     if ds.layout == "ikdata":
         _check_canonical(entries, problems)
     reported_files: set[str] = set()
-    for use in uses:
-        path = files.get(use.ref.path)
+    matched: set[tuple] = set()  # (site, ref) pairs already found to match: most uses repeat one
+    for site, line, ref in uses.raw():
+        if (site, ref) in matched:
+            continue
+        path = files.get(ref.path)
         if path is None:
             continue
-        found = entries.get(use.ref.path)
+        where, pointer, dtype, shape, context = site
+        found = entries.get(ref.path)
         if found is None:
-            problems.append(Problem(use.where, f"blob {use.ref.path} does not exist; {use.context} needs it",
-                                    use.line, use.pointer + "/path", "missing-blob"))
+            problems.append(Problem(where, f"blob {ref.path} does not exist; {context} needs it",
+                                    line, pointer + "/path", "missing-blob"))
             continue
         if isinstance(found, str):
-            if use.ref.path not in reported_files:
-                reported_files.add(use.ref.path)
-                problems.append(Problem(use.ref.path, f"unreadable safetensors file: {found}", code="bad-blob"))
-            problems.append(Problem(use.where, f"blob {use.ref.path} is unreadable ({use.context})",
-                                    use.line, use.pointer + "/path", "bad-blob"))
+            if ref.path not in reported_files:
+                reported_files.add(ref.path)
+                problems.append(Problem(ref.path, f"unreadable safetensors file: {found}", code="bad-blob"))
+            problems.append(Problem(where, f"blob {ref.path} is unreadable ({context})",
+                                    line, pointer + "/path", "bad-blob"))
             continue
-        entry = next((e for e in found if e.key == use.ref.tensor_key), None)
+        entry = next((e for e in found if e.key == ref.tensor_key), None)
         if entry is None:
-            problems.append(Problem(use.where, f"blob {use.ref.path} has no tensor {use.ref.tensor_key!r}; it holds "
-                                    f"{[e.key for e in found]}", use.line, use.pointer + "/tensor_key", "missing-key"))
+            problems.append(Problem(where, f"blob {ref.path} has no tensor {ref.tensor_key!r}; it holds "
+                                    f"{[e.key for e in found]}", line, pointer + "/tensor_key", "missing-key"))
             continue
-        if use.dtype and entry.dtype != use.dtype:
-            problems.append(Problem(use.where, f"blob {use.ref.path} holds {entry.dtype}, expected {use.dtype} "
-                                    f"({use.context})", use.line, use.pointer, "dtype-mismatch"))
-        if use.shape is not None and tuple(entry.shape) != tuple(use.shape):
-            problems.append(Problem(use.where, f"blob {use.ref.path} has shape {list(entry.shape)}, expected "
-                                    f"{list(use.shape)} ({use.context})", use.line, use.pointer, "shape-mismatch"))
+        ok = True
+        if dtype and entry.dtype != dtype:
+            ok = False
+            problems.append(Problem(where, f"blob {ref.path} holds {entry.dtype}, expected {dtype} "
+                                    f"({context})", line, pointer, "dtype-mismatch"))
+        if shape is not None and tuple(entry.shape) != tuple(shape):
+            ok = False
+            problems.append(Problem(where, f"blob {ref.path} has shape {list(entry.shape)}, expected "
+                                    f"{list(shape)} ({context})", line, pointer, "shape-mismatch"))
+        if ok and len(matched) < 1 << 16:
+            matched.add((site, ref))
 
 
 def _context_problems(ds: Dataset, contexts: dict[str, tuple[str, int | None]]) -> list[Problem]:
