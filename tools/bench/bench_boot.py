@@ -1,6 +1,10 @@
 """What the capture boot hook costs a Python process that never imports torch.
 
-    python tools/bench/bench_boot.py [--runs 40]
+    python tools/bench/bench_boot.py [--runs 40] [--smoke]
+
+It then times the CLI's own start-up (issue 26): ``ikdata --version``, ``ikdata --help`` and
+``ikdata show DIR UUID`` on a 3-row dataset, interleaved with ``python -c pass`` in the same rounds
+(target for read-only commands: 0.15 s wall on a quiet machine). ``--smoke``: 3 runs each.
 
 Interleaved runs of ``python -c pass`` three ways: capture off (``IKDATA_CAPTURE``
 unset: the .pth line is one environ lookup), capture on (the .pth imports the
@@ -67,7 +71,10 @@ def _importtime_us(module: str, env: dict[str, str]) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="runs of each way, interleaved")
+    parser.add_argument("--smoke", action="store_true", help="3 runs each: checks that the script works")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs = 3
     spec = importlib.util.find_spec("ikdata_boot")
     if spec is None or spec.origin is None:
         sys.exit("ikdata_boot is not importable: install ikdata (pip install -e .) first")
@@ -102,6 +109,33 @@ def main() -> None:
     old_added = set(modules["old line, on"]) - base
     print(f"old line adds {len(old_added)} modules, e.g. "
           f"{', '.join(sorted(m for m in old_added if m.split('.')[0] in ('ikdata', 'orjson', 'jsonschema'))[:6])}")
+
+    cli_startup(args.runs)
+
+
+def cli_startup(runs: int) -> None:
+    """Wall time of ``ikdata --version``, ``--help`` and ``show`` against ``python -c pass``, same rounds."""
+    from pathlib import Path
+
+    ikdata = str(Path(sys.executable).with_name("ikdata"))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "ds")
+        subprocess.run([ikdata, "init", root], check=True, capture_output=True)
+        ways = {"python -c pass": [sys.executable, "-c", "pass"], "ikdata --version": [ikdata, "--version"],
+                "ikdata --help": [ikdata, "--help"], "ikdata show": [ikdata, "show", root, "0000"],
+                "ikdata ls": [ikdata, "ls", root]}
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(runs + 1):  # the first round warms the page cache
+            for name, argv in ways.items():
+                start = time.perf_counter()
+                subprocess.run(argv, capture_output=True)  # show exits 2 (no such uuid) after loading everything
+                times[name].append(time.perf_counter() - start)
+    bare = statistics.median(times["python -c pass"][1:])
+    print(f"\nCLI start-up, {runs} interleaved runs each (load {load_average()})")
+    print(f"{'command':<18} {'median ms':>10} {'best ms':>8} {'x bare python':>14}")
+    for name, found in times.items():
+        median = statistics.median(found[1:])
+        print(f"{name:<18} {median * 1e3:>10.1f} {min(found[1:]) * 1e3:>8.1f} {median / bare:>14.2f}")
 
 
 if __name__ == "__main__":
