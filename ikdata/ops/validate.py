@@ -183,7 +183,7 @@ class _Prehash:
     def __init__(self, ds: Dataset, jobs: int | None, progress: ProgressCallback | None = None) -> None:
         self.stored, inside = _scan(ds)
         self.paths = sorted(inside)
-        self.results: dict[str, BlobCheck] = {}
+        self.results: dict[str, _Checked] = {}
         self.progress = progress
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(str(ds.root), jobs), daemon=True,
@@ -194,7 +194,7 @@ class _Prehash:
         checks = rehash_files([os.path.join(root, p) for p in self.paths], jobs=jobs)
         try:
             for rel, check in zip(self.paths, checks):
-                self.results[rel] = check
+                self.results[rel] = _checked(rel, check)
                 if self.progress:
                     self.progress(Progress("rehash", len(self.results), len(self.paths)))
                 if self._stop.is_set():
@@ -202,7 +202,7 @@ class _Prehash:
         finally:
             checks.close()
 
-    def wait(self) -> dict[str, BlobCheck]:
+    def wait(self) -> dict[str, _Checked]:
         self._thread.join()
         return self.results
 
@@ -473,21 +473,14 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
         if progress and rest:  # links and late files, rehashed here rather than by the prehash
             progress(Progress("rehash", len(paths), len(paths)))
         for rel in paths:
-            check = done.get(rel) or found[rel]
+            check = done.get(rel) or _checked(rel, found[rel])
             report.blobs_rehashed += 1
-            if check.error:
-                entries[rel] = check.error
+            if isinstance(check, str):
+                entries[rel] = check
                 continue
-            entries[rel] = list(check.entries)
-            expected = digest_from_path(rel)
-            if expected and len(check.digests) != 1:
-                problems.append(Problem(rel, f"holds {len(check.digests)} tensors {[e.key for e in check.entries]}, "
-                                        f"but its name is the digest of one tensor ({expected}); the file was "
-                                        "altered: restore it from its source", code="digest-mismatch"))
-            elif expected and check.digests[0] != expected:
-                problems.append(Problem(rel, f"content digest is {check.digests[0]}, but the file is named by "
-                                        f"{expected}: the blob is corrupt; restore it from its source",
-                                        code="digest-mismatch"))
+            entries[rel], mismatch = check
+            if mismatch:
+                problems.append(Problem(rel, mismatch, code="digest-mismatch"))
     else:
         workers = jobs or os.cpu_count() or 1
         paths = list(readable.values())
@@ -540,6 +533,26 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
                                     f"{list(shape)} ({context})", line, pointer, "shape-mismatch"))
         if ok and len(matched) < 1 << 16:
             matched.add((site, ref))
+
+
+_Checked = "tuple[tuple[TensorEntry, ...], str | None] | str"
+_ENTRIES: dict[tuple, tuple] = {}
+
+
+def _checked(rel: str, check: BlobCheck) -> _Checked:
+    """What validate keeps of one rehash, small (one per blob, held until the uses are checked): the
+    error, or the entries (equal ones shared) and why the digest disagrees with the name, if it does."""
+    if check.error:
+        return check.error
+    found = _ENTRIES.setdefault(check.entries, check.entries) if len(_ENTRIES) < 1 << 16 else check.entries
+    expected = digest_from_path(rel)
+    if expected and len(check.digests) != 1:
+        return found, (f"holds {len(check.digests)} tensors {[e.key for e in check.entries]}, but its name is "
+                       f"the digest of one tensor ({expected}); the file was altered: restore it from its source")
+    if expected and check.digests[0] != expected:
+        return found, (f"content digest is {check.digests[0]}, but the file is named by {expected}: the blob is "
+                       "corrupt; restore it from its source")
+    return found, None
 
 
 def _context_problems(ds: Dataset, contexts: dict[str, tuple[str, int | None]]) -> list[Problem]:
