@@ -155,7 +155,7 @@ class Capturer:
 
     def record(self, definition: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
                operation: str, variant: str | None = None, weights: Iterable[str] = (),
-               fills: Mapping[str, int] | None = None) -> bool:
+               fills: Mapping[str, int] | None = None, provenance: Mapping[str, Any] | None = None) -> bool:
         """Capture one call, if it is selected. Returns True if it was queued.
 
         Args:
@@ -166,6 +166,7 @@ class Capturer:
             weights: names of inputs that are weights: reused while unchanged, each reuse checked off the
                 engine thread (see :mod:`ikdata.capture.weights`).
             fills: the template's const axes as observed.
+            provenance: extra receipt fields of this call (e.g. the sampler's processors).
 
         Raises:
             DefinitionError: only in strict mode (otherwise logged, counted, and the definition stops).
@@ -218,8 +219,8 @@ class Capturer:
             return False
         host_in = {n: cached[n][0] if n in cached else self._host(v, n in weight_names) for n, v in inputs.items()}
         host_out = {n: self._host(v, False) for n, v in outputs.items()}
-        provenance = {**self._provenance(req, step, operation, variant), **ranks.facts()}
-        job = Job(resolved, axes, host_in, host_out, provenance, nbytes, {n: c for n, (_, c) in cached.items()})
+        facts = {**self._provenance(req, step, operation, variant), **(provenance or {}), **ranks.facts()}
+        job = Job(resolved, axes, host_in, host_out, facts, nbytes, {n: c for n, (_, c) in cached.items()})
         if self.config.strict:
             self.writer.write(job)
         else:
@@ -351,11 +352,13 @@ class Capturer:
         prefix = type(root).__name__
         return prefix if not path else f"{prefix}.{path}"
 
-    def _fail(self, name: str, exc: BaseException) -> None:
+    def _fail(self, name: str, exc: BaseException, *, lost: bool = False) -> None:
+        """A hook failed: raise (strict), else stop capturing ``name`` in this process. ``lost``: calls the
+        program made were not captured at all (ikdata capture then exits 1, naming them)."""
         if self.config.strict:
             raise exc
         self.disabled.add(name)
-        self.failures.append({"definition": name, "message": f"{type(exc).__name__}: {exc}"})
+        self.failures.append({"definition": name, "message": f"{type(exc).__name__}: {exc}", **({"lost": True} if lost else {})})
         _log(f"{name}: {exc}; capture of {name} stops in this process")
 
     def _writer_failed(self, job: Job, exc: BaseException) -> None:

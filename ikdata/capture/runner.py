@@ -60,6 +60,10 @@ class CaptureResult:
     steps_seen: int = 0
     steps: tuple[int, ...] | None = None
 
+    def lost_calls(self) -> list[str]:
+        """What the program ran that could not be captured at all (a failure marked ``lost``), one line each."""
+        return [f"{f['definition']}: {f['message']}" for f in self.failures if f.get("lost")]
+
     def nothing_kept(self) -> tuple[str, bool] | None:
         """Why ``--steps`` kept nothing, and whether what was asked is impossible; None when something was kept.
 

@@ -43,8 +43,8 @@ class Repeat:
         where = " and ".join(f"{path}:{line}" for path, line in self.places[:3])
         more = f" (and {len(self.places) - 3} more)" if len(self.places) > 3 else ""
         return (f"workload {self.uuid} has receipts with different expected outputs ({where}{more}): the engine "
-                "gave two answers to one input (nondeterministic, or a seed it ignores); 'ikdata repair' sets "
-                "the later receipts aside")
+                "gave two answers to one input (nondeterministic; a sampler given the same raw logits, settings "
+                "and seed: seed ignored); 'ikdata repair' sets the later receipts aside")
 
     def problem(self) -> Problem:
         path, line = self.places[-1]

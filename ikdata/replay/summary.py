@@ -26,10 +26,23 @@ def counts(report: Mapping[str, Any]) -> dict[str, int]:
     return found
 
 
-def exit_code(report: Mapping[str, Any]) -> int:
-    """0 when every replayed case passed and no definition was refused, else 1."""
+def exit_code(report: Mapping[str, Any], *, strict: bool = False) -> int:
+    """0 when every replayed case passed and no definition was refused, else 1; under ``strict`` also 1
+    when a statistical verdict could not be reached (:func:`not_judged`)."""
     found = counts(report)
-    return 1 if found[Status.FAILED] or found[Status.ERROR] or report.get("refused") else 0
+    failed = found[Status.FAILED] or found[Status.ERROR] or report.get("refused")
+    return 1 if failed or (strict and not_judged(report)) else 0
+
+
+def not_judged(report: Mapping[str, Any]) -> list[str]:
+    """Statistical verdicts with no power: each "definition: why, and the draws it would need"."""
+    found = []
+    for group in report.get("sampling") or ():
+        whys = list(group.get("not_judged") or ())
+        if group.get("verdict") == "too_small" and not whys:
+            whys = ["too few draws to judge"]
+        found += [f"{group.get('definition')}: {why}" for why in whys]
+    return found
 
 
 def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str, Any]:
@@ -37,6 +50,7 @@ def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str
     return {
         "report": str(report_path), "device": report.get("device"), "torch": report.get("torch"),
         "shard": report.get("shard"), "counts": counts(report), "exit_code": exit_code(report),
+        "not_judged": not_judged(report),  # no power claimed there; replay --strict exits 1
         "refused": list(report.get("refused") or []),
         "not_passed": [{k: case.get(k) for k in ("definition", "uuid", "axes", "status", "reason")}
                        for case in report["cases"] if case["status"] != Status.PASSED],
@@ -142,5 +156,5 @@ def fit_table(rows: Sequence[Sequence[str]], width: int) -> TableLayout:
     return TableLayout(tuple(columns), tuple(tuple(r) for r in table), tuple(notes))
 
 
-__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table", "summarize",
+__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table", "not_judged", "summarize",
            "table_width"]

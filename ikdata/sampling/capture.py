@@ -1,49 +1,59 @@
-"""Capture at the sampler: what a sampler drew, and from which raw logits and settings.
+"""Capture at the sampler: the model's raw logits, the declared settings, the processors present, the draws.
 
 Hugging Face ``generate`` (sampling and greedy): :func:`install` wraps
 ``GenerationMixin._sample`` (now, or when ``transformers.generation.utils`` is imported).
 Inside each call the logits-processor list is wrapped so that, at every step, the raw
-logits it receives (float32, full vocabulary, before temperature, cuts and processors)
-are kept; when the call returns, each step's draws are read from the returned sequences
-and the step is recorded as one workload of the shipped template ``sampling_f32_v{V}``:
+logits it receives (float32, full vocabulary, before every processor and warper) and the
+input ids are kept; when the call returns, each step's draws are read from the returned
+sequences and the step is recorded as one workload of the shipped template
+``sampling_logits_f32_v{V}`` (``definitions/sampling/sampling_logits_f32.json``): the logits,
+the context (input ids, left padding, tokens generated so far), every setting the
+generation config declares (temperature, top-k, top-p, min-p, typical-p, epsilon, eta,
+repetition penalty, no-repeat-ngram, bad words, min length, min new tokens, EOS ids) and
+the seed (``torch.initial_seed()``, the seed of the generator HF draws from).
 
-    inputs  logits [B, V] float32, temperature / top_k / top_p / min_p [B] (0 / 0 / 1 / 0: off;
-            temperature 0 for greedy), seed [B] int64 (``torch.initial_seed()``, the seed of
-            the generator HF draws from)
-    outputs samples [B] int64, the drawn token ids
+Settings come from the generation config (what was asked), never from the processors (what
+the engine did): the judge builds the expected distribution from them. The processors really
+present are listed in the receipt (``sampler``: the cut order ``hf``, each processor's name,
+the digest of its ``__call__`` source, and whether the config declares it); one the config
+does not imply (an extra processor, a standard one HF would not build, a second copy) is
+``unknown`` and named in any failure. No processor stops capture. A sampling call that cannot
+be captured (beam search, an error reading it) is a failure marked ``lost``: ``ikdata capture``
+exits 1 and names it. Rows that finished (EOS) before a step are left out of it; steps HF
+computed and then undid are left out too.
 
-Settings are read from the warpers HF really applies (Temperature, TopK, TopP, MinP), not
-from the request. A call with any other logits processor (a repetition penalty, a
-grammar) is not captured: its distribution is not the one those settings imply, and the
-message says so once. Rows that finished (EOS) before a step are left out of it; steps
-HF computed and then undid are left out too.
-
-Engines' own samplers (SGLang's and vLLM's ``Sampler`` modules) are hooked the same way
-by an adapter module passed with ``--adapter`` (see docs/sampling.md): record the logits
-handed to the sampler's forward and the token ids it returns, with the batch's settings.
+Engines' own samplers (SGLang's and vLLM's ``Sampler`` modules) are hooked by an adapter
+module passed with ``--adapter`` (see docs/sampling.md) that records the same template with
+``provenance={"sampler": {"order": "vllm", ...}}``.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from typing import Any
 
-TEMPLATE = "sampling_f32"
+TEMPLATE = "sampling_logits_f32"
 OPERATION = "transformers.GenerationMixin._sample"
-_MODELED = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
+ORDER = "hf"
 _WATCHED = "transformers.generation.utils"
+# what the judge models of HF's processors and warpers (ikdata/sampling/pipeline.py, distribution.py)
+MODELLED = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper",
+            "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper", "RepetitionPenaltyLogitsProcessor",
+            "NoRepeatNGramLogitsProcessor", "NoBadWordsLogitsProcessor", "MinLengthLogitsProcessor",
+            "MinNewTokensLengthLogitsProcessor"}
 
 
 class _Recorder:
-    """Wraps a LogitsProcessorList: keeps each step's raw logits, then applies the real processors."""
+    """Wraps a LogitsProcessorList: keeps each step's input ids and raw logits, then applies the real processors."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.steps: list[tuple[int, Any]] = []  # (sequence length when called, raw logits)
+        self.steps: list[tuple[Any, Any]] = []  # (input ids, raw logits)
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        self.steps.append((int(input_ids.shape[1]), scores.detach().to("cpu", copy=True)))
+        self.steps.append((input_ids.detach().to("cpu", copy=True), scores.detach().to("cpu", copy=True)))
         return self.inner(input_ids, scores, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -56,70 +66,123 @@ class _Recorder:
         return len(self.inner)
 
 
-def settings_of(processors: Any, do_sample: bool) -> tuple[dict[str, float], list[str]]:
-    """The sampling settings the warpers in ``processors`` apply, and the names of processors not modeled."""
-    found = {"temperature": 1.0 if do_sample else 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
-    other = []
+def _value(config: Any, name: str, default: Any) -> Any:
+    value = getattr(config, name, None)
+    return default if value is None else value
+
+
+def declared(config: Any) -> dict[str, Any]:
+    """The settings a generation config declares (off: 1 / 0 / 1 / 0 ...; temperature 0: greedy)."""
+    sample = bool(getattr(config, "do_sample", False))
+    eos = _value(config, "eos_token_id", [])
+    eos = [int(e) for e in (eos.tolist() if hasattr(eos, "tolist") else eos if isinstance(eos, (list, tuple)) else [eos])]
+    eps, eta = float(_value(config, "epsilon_cutoff", 0.0)), float(_value(config, "eta_cutoff", 0.0))
+    return {"temperature": float(_value(config, "temperature", 1.0)) if sample else 0.0,
+            "top_k": int(_value(config, "top_k", 0)) if sample else 0,
+            "top_p": float(_value(config, "top_p", 1.0)) if sample else 1.0,
+            "min_p": float(_value(config, "min_p", 0.0)) if sample else 0.0,
+            "typical_p": float(_value(config, "typical_p", 1.0)) if sample else 1.0,
+            "epsilon": eps if sample and 0 < eps < 1 else 0.0, "eta": eta if sample and 0 < eta < 1 else 0.0,
+            "repetition_penalty": float(_value(config, "repetition_penalty", 1.0)),
+            "no_repeat_ngram": int(_value(config, "no_repeat_ngram_size", 0)),
+            "min_length": int(_value(config, "min_length", 0)) if eos else 0,
+            "min_new_tokens": int(_value(config, "min_new_tokens", 0)) if eos else 0,
+            "bad_words": [list(map(int, w)) for w in _value(config, "bad_words_ids", [])], "eos": eos,
+            "sample": sample}
+
+
+def expected_processors(found: dict[str, Any]) -> list[str]:
+    """The processor classes HF builds for the declared settings that the judge models."""
+    names = []
+    if found["repetition_penalty"] != 1.0:
+        names.append("RepetitionPenaltyLogitsProcessor")
+    if found["no_repeat_ngram"] > 0:
+        names.append("NoRepeatNGramLogitsProcessor")
+    if found["bad_words"]:
+        names.append("NoBadWordsLogitsProcessor")
+    if found["min_length"] > 0:
+        names.append("MinLengthLogitsProcessor")
+    if found["min_new_tokens"] > 0:
+        names.append("MinNewTokensLengthLogitsProcessor")
+    if found["sample"]:
+        names += [n for n, on in (("TemperatureLogitsWarper", found["temperature"] != 1.0),
+                                  ("TopKLogitsWarper", found["top_k"] != 0), ("TopPLogitsWarper", found["top_p"] < 1),
+                                  ("MinPLogitsWarper", found["min_p"] > 0), ("TypicalLogitsWarper", found["typical_p"] < 1),
+                                  ("EpsilonLogitsWarper", found["epsilon"] > 0), ("EtaLogitsWarper", found["eta"] > 0)) if on]
+    return names
+
+
+def _source_digest(proc: Any) -> str:
+    from ikdata.core.digest import bytes_digest
+
+    call = getattr(type(proc), "__call__", None)
+    try:
+        text = inspect.getsource(call)
+    except (OSError, TypeError):
+        text = f"{type(proc).__module__}.{type(proc).__qualname__}"
+    return bytes_digest(text.encode())
+
+
+def processors_of(processors: Any, found: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each processor present: name, source digest, and whether the declared settings imply it (modelled)."""
+    wanted = expected_processors(found)
+    out = []
     for proc in processors:
         name = type(proc).__name__
-        if name not in _MODELED or getattr(proc, "min_tokens_to_keep", 1) > 1:
-            other.append(name)
-        elif name == "TemperatureLogitsWarper":
-            found["temperature"] = float(proc.temperature)
-        elif name == "TopKLogitsWarper":
-            found["top_k"] = int(proc.top_k)
-        elif name == "TopPLogitsWarper":
-            found["top_p"] = float(proc.top_p)
-        elif name == "MinPLogitsWarper":
-            found["min_p"] = float(proc.min_p)
-    return found, other
+        declared_here = name in wanted and name in MODELLED and getattr(proc, "min_tokens_to_keep", 1) <= 1
+        if declared_here:
+            wanted.remove(name)
+        if name == "MinPLogitsWarper" and not declared_here and float(getattr(proc, "min_p", 1)) == 0.0:
+            declared_here = True  # min_p 0 keeps every token
+        out.append({"name": name, "digest": _source_digest(proc), "declared": declared_here})
+    return out
 
 
-def _eos_ids(config: Any) -> set[int]:
-    eos = getattr(config, "eos_token_id", None)
-    if eos is None:
-        return set()
-    return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
-
-
-def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, warned: set[str]) -> None:
+def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, attention_mask: Any) -> None:
     import torch
 
     from ikdata.capture.context import step as step_context
 
     if not recorder.steps or not cap.enabled:
         return
-    do_sample = bool(getattr(config, "do_sample", False))
-    settings, other = settings_of(recorder.inner, do_sample)
-    if other:
-        key = ",".join(other)
-        if key not in warned:
-            warned.add(key)
-            cap._fail(TEMPLATE, RuntimeError(f"not captured: logits processors {other} change the distribution "
-                                             "beyond temperature/top-k/top-p/min-p"))
-        return
-    start = recorder.steps[0][0]
-    eos = _eos_ids(config)
+    found = declared(config)
+    present = processors_of(recorder.inner, found)
+    sampler = {"order": ORDER, "processors": present,
+               "unknown": [p["name"] for p in present if not p["declared"]]}
+    start = recorder.steps[0][0].shape[1]
+    eos = set(found["eos"])
     generated = sequences[:, start:].cpu()
     finished = torch.zeros(generated.shape[0], dtype=torch.bool)
-    seed = int(torch.initial_seed()) if do_sample else -1
-    for index, (length, logits) in enumerate(recorder.steps):
-        position = length - start
+    seed = int(torch.initial_seed()) if found["sample"] else -1
+    pad = ((attention_mask != 0).int().argmax(dim=1).cpu().to(torch.int64) if attention_mask is not None
+           else torch.zeros(generated.shape[0], dtype=torch.int64))
+    flat_bad = [t for w in found["bad_words"] for t in (*w, -1)] or [-1]
+    for index, (ids, logits) in enumerate(recorder.steps):
+        position = ids.shape[1] - start
         if position >= generated.shape[1]:
             break  # a step HF computed and then undid
         drawn = generated[:, position]
         rows = (~finished).nonzero().flatten()
         if len(rows):
             b = len(rows)
+
+            def full(name: str, dtype: Any) -> Any:
+                return torch.full((b,), found[name], dtype=dtype)
+
             inputs = {"logits": logits[rows].to(torch.float32).contiguous(),
-                      "temperature": torch.full((b,), settings["temperature"], dtype=torch.float32),
-                      "top_k": torch.full((b,), settings["top_k"], dtype=torch.int64),
-                      "top_p": torch.full((b,), settings["top_p"], dtype=torch.float32),
-                      "min_p": torch.full((b,), settings["min_p"], dtype=torch.float32),
+                      "context": ids[rows].to(torch.int64).contiguous(), "pad": pad[rows].contiguous(),
+                      "generated": torch.full((b,), position, dtype=torch.int64),
+                      **{k: full(k, torch.float32) for k in ("temperature", "top_p", "min_p", "typical_p", "epsilon",
+                                                              "eta", "repetition_penalty")},
+                      "presence_penalty": torch.zeros(b), "frequency_penalty": torch.zeros(b),
+                      **{k: full(k, torch.int64) for k in ("top_k", "no_repeat_ngram", "min_new_tokens",
+                                                            "min_length")},
+                      "eos": torch.tensor(sorted(eos) or [-1], dtype=torch.int64),
+                      "bad_words": torch.tensor(flat_bad, dtype=torch.int64),
                       "seed": torch.full((b,), seed, dtype=torch.int64)}
             with step_context(index):
                 cap.record(TEMPLATE, inputs, {"samples": drawn[rows].to(torch.int64).contiguous()},
-                           operation=OPERATION, fills={"V": int(logits.shape[-1])})
+                           operation=OPERATION, fills={"V": int(logits.shape[-1])}, provenance={"sampler": sampler})
         if eos:
             finished |= torch.isin(drawn, torch.tensor(sorted(eos), dtype=drawn.dtype))
 
@@ -130,7 +193,7 @@ def _patch(cap: Any) -> None:
     if mixin is None or getattr(mixin._sample, "__ikdata_original__", None) is not None:
         return
     original = mixin._sample
-    warned: set[str] = set()
+    _patch_beams(cap, mixin)
 
     @functools.wraps(original)
     def _sample(self: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any, generation_config: Any,
@@ -142,14 +205,34 @@ def _patch(cap: Any) -> None:
         sequences = out if hasattr(out, "shape") else getattr(out, "sequences", None)
         if sequences is not None:
             try:
-                _record_call(cap, recorder, sequences, generation_config, warned)
+                _record_call(cap, recorder, sequences, generation_config, kwargs.get("attention_mask"))
             except Exception as exc:  # noqa: BLE001  a failing capture must not break generate
-                cap._fail(TEMPLATE, exc)
+                cap._fail(TEMPLATE, RuntimeError(f"sampling not captured: {exc}"), lost=True)
         return out
 
     _sample.__ikdata_original__ = original  # type: ignore[attr-defined]
     mixin._sample = _sample
     cap._patches.append((mixin, "_sample", original))
+
+
+def _patch_beams(cap: Any, mixin: Any) -> None:
+    """Beam search draws through other code: a sampled beam search is named as lost, not silently missed."""
+    original = getattr(mixin, "_beam_search", None)
+    if original is None or getattr(original, "__ikdata_original__", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def _beam_search(self: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any,
+                     generation_config: Any, *args: Any, **kwargs: Any) -> Any:
+        if cap.enabled and cap.tracker.current_request() is not None and getattr(generation_config, "do_sample", False):
+            cap._fail(TEMPLATE, RuntimeError(f"sampling not captured: beam search with sampling "
+                                             f"(num_beams {generation_config.num_beams}) draws outside _sample"),
+                      lost=True)
+        return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+
+    _beam_search.__ikdata_original__ = original  # type: ignore[attr-defined]
+    mixin._beam_search = _beam_search
+    cap._patches.append((mixin, "_beam_search", original))
 
 
 def install(cap: Any) -> None:
@@ -172,4 +255,4 @@ def _patch_installed() -> None:
         _patch(cap)
 
 
-__all__ = ["OPERATION", "TEMPLATE", "install", "settings_of"]
+__all__ = ["MODELLED", "OPERATION", "ORDER", "TEMPLATE", "declared", "expected_processors", "install", "processors_of"]

@@ -27,8 +27,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, legendre, pit_test,
-                                        temperature_moments, tv_test, tv_too_small)
+from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, chi2_isf_even, legendre, ncx2_sf_even,
+                                   pit_test, temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
 
 JUDGE = "sampling"
@@ -54,6 +54,9 @@ class DefinitionVerdict:
     alpha: float
     tests: list[dict[str, Any]] = field(default_factory=list)
     statuses: dict[str, tuple[str, str | None, dict[str, Any]]] = field(default_factory=dict)
+    not_judged: list[str] = field(default_factory=list)  # what could not be judged, and what it would need
+    not_checked: str | None = None  # positions under processors the definition accepts
+    degenerate: str | None = None  # draws of one-token distributions: no test has power there
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -61,8 +64,20 @@ class DefinitionVerdict:
             counts[str(status)] = counts.get(str(status), 0) + 1  # JSON keys: plain text
         verdict = Status.FAILED if counts.get(Status.FAILED) else (Status.PASSED if counts.get(Status.PASSED)
                                                                     else "too_small")
-        return {"definition": self.definition, "alpha": self.alpha, "verdict": verdict, "cases": counts,
-                "tests": self.tests}
+        found = {"definition": self.definition, "alpha": self.alpha, "verdict": verdict, "cases": counts,
+                 "tests": self.tests}
+        not_judged = [t.get("not_judged") for t in self.tests if t.get("too_small") and t.get("not_judged")]
+        not_judged += self.not_judged
+        if not_judged:
+            found["not_judged"] = not_judged  # no power is claimed there: replay --strict fails on it
+        if self.not_checked:
+            found["not_checked"] = self.not_checked
+        if self.degenerate:
+            found["degenerate"] = self.degenerate
+        if verdict == "too_small" and not not_judged:
+            found["not_judged"] = [self.degenerate or "no draw could be judged (every position excluded, "
+                                   "greedy or degenerate)"]
+        return found
 
 
 def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float = DEFAULT_ALPHA) -> DefinitionVerdict:
@@ -97,6 +112,13 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
         for i, (key, slot, tag, u) in enumerate(record.get("draws") or ()):
             tag = str(tag) if tag is not None else f"{case['uuid']}:{i}"
             groups.setdefault(key, {}).setdefault(tag, (int(slot), float(u), case["uuid"]))
+    degenerate = sorted(k for k in groups if len(distributions.get(k) or ()) == 1)
+    if degenerate:  # one kept token: only the outside check can judge its draws; no test has power there
+        count = sum(len(groups[k]) for k in degenerate)
+        result.degenerate = (f"{count} draw(s) from a one-token distribution: degenerate, judged only by the "
+                             "outside check (no number of draws gives a test power there)")
+        for k in degenerate:
+            del groups[k]
     tv_keys = sorted(k for k, draws in groups.items() if len(draws) >= TV_MIN_DRAWS and k in distributions)
     # a distribution with too few draws for its TV test to see any shift joins the PIT test instead
     first_alpha = bonferroni(alpha, 1 + len(tv_keys))
@@ -126,6 +148,11 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
     if n_pit:
         found = pit_test(sums, n_pit, moments if moments is not None else np.zeros((1, 4)), n_moments,
                          alpha=each, seed=_seed(definition)).to_dict()
+        if found["too_small"]:
+            need = pit_draws_needed(moments, n_moments, each)
+            found["not_judged"] = (f"pooled PIT test over {n_pit} draws cannot see a 50% temperature error: not "
+                                   "judged" + (f"; about {need} draws would" if need else
+                                               "; these distributions give it no power at any n"))
         found.update(histogram=[int(v) for v in hist], sums=[float(v) for v in sums])
         outcome["pit"] = found
     for key in tv_keys:
@@ -134,11 +161,19 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
         for _, _, uuid in groups[key].values():
             joined[uuid].add(f"tv:{key}")
         found = tv_test(counts, probs, alpha=each, seed=_seed(key)).to_dict()
+        if found["too_small"]:
+            need = tv_draws_needed(probs, each, _seed(key), len(groups[key]))
+            found["not_judged"] = (f"TV test of {len(groups[key])} draws of distribution {key} cannot see any shift: "
+                                   "not judged" + (f"; about {need} draws would" if need else ""))
         found.update(key=key, counts=[int(v) for v in counts])
         outcome[f"tv:{key}"] = found
     result.tests = list(outcome.values())
     for case in cases:
         result.statuses[case["uuid"]] = _case_status(case, joined[case["uuid"]], outcome, alpha, each)
+    accepted = sorted({n for c in cases for n in c["sampling"].get("not_checked") or ()})
+    if accepted:
+        positions = sum(int(c["sampling"].get("positions", 0)) for c in cases if c["sampling"].get("not_checked"))
+        result.not_checked = f"{positions} position(s) not checked: processor(s) {', '.join(accepted)} accepted"
     return result
 
 
@@ -161,10 +196,13 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
         first = (record.get("outside_examples") or [{}])[0]
         return Status.FAILED, (f"workload {case['uuid']}: {record['outside']} drawn token(s) outside the kept set, "
                           f"e.g. token {first.get('token')} at position {first.get('position')} (kept "
-                          f"{first.get('kept')} tokens)"), metrics
+                          f"{first.get('kept')} tokens){processors_note(record)}"), metrics
     failed = [t for t in tests if not t["too_small"] and t["p_value"] < t["alpha"]]
     if failed:
-        return Status.FAILED, "; ".join(describe_test(t) for t in failed), metrics
+        return Status.FAILED, "; ".join(describe_test(t) for t in failed) + processors_note(record), metrics
+    if record.get("not_checked"):
+        return Status.SKIPPED, (f"distribution not checked: processor(s) {', '.join(record['not_checked'])} "
+                                "accepted by the definition (judge.accept_processors)"), metrics
     small = [t for t in tests if t["too_small"]]
     if small:
         return Status.SKIPPED, "too few draws to judge: " + "; ".join(describe_test(t) for t in small), metrics
@@ -175,6 +213,45 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
             return Status.PASSED, None, metrics  # greedy: every draw was the argmax
         return Status.SKIPPED, f"no position could be judged ({why})", metrics
     return Status.PASSED, None, metrics
+
+
+def processors_note(record: Mapping[str, Any]) -> str:
+    """What a failure adds about processors the declared settings do not imply (empty when there are none)."""
+    unknown = record.get("unknown_processors") or ()
+    if not unknown:
+        return ""
+    names = ", ".join(f"{p.get('name')} (source {p.get('digest')})" for p in unknown)
+    return (f"; processors present that the declared settings do not imply: {names} (if one is meant, name it in "
+            "the definition's judge.accept_processors: its part is then not checked)")
+
+
+def pit_draws_needed(moments: Any, n_sampled: int, alpha: float) -> int | None:
+    """About how many single draws like these the PIT test needs to see a 50% temperature error (None: never)."""
+    if moments is None or n_sampled <= 0:
+        return None
+    crit = chi2_isf_even(alpha, 4)
+    best = max(float(((np.asarray(m) / n_sampled) ** 2).sum()) for m in np.asarray(moments, np.float64)[[0, -1]])
+    if best <= 1e-12:
+        return None
+    lo, hi = 0.0, 1.0
+    while ncx2_sf_even(crit, 4, hi) < 0.9:
+        hi *= 2
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ncx2_sf_even(crit, 4, mid) < 0.9 else (lo, mid)
+    return int(np.ceil(hi / best))
+
+
+def tv_draws_needed(probs: np.ndarray, alpha: float, seed: int, n: int) -> int | None:
+    """About how many draws of one distribution its TV test needs to see the largest movable mass."""
+    if np.count_nonzero(probs) < 2:
+        return None
+    size = max(n, 1)
+    while size < 1 << 20:
+        size *= 2
+        if not tv_too_small(probs, size, alpha=alpha, seed=seed):
+            return size
+    return None
 
 
 def describe_test(test: Mapping[str, Any]) -> str:
@@ -230,4 +307,5 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
     return reasons
 
 
-__all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "recheck_case"]
+__all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "pit_draws_needed",
+           "processors_note", "recheck_case", "tv_draws_needed"]

@@ -26,7 +26,8 @@ import numpy as np
 
 from ikdata.core.errors import DefinitionError, RecordError
 from ikdata.sampling.distribution import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
-from ikdata.sampling.groups import JUDGE, decide, describe_test, is_sampling_case
+from ikdata.sampling.groups import JUDGE, decide, describe_test, is_sampling_case, processors_note
+from ikdata.sampling.pipeline import Extras
 from ikdata.sampling.records import record_logits, record_top_logprobs
 from ikdata.sampling.stats import DEFAULT_ALPHA
 from ikdata.core.status import Status
@@ -39,6 +40,10 @@ def is_sampling(definition: Any) -> bool:
     return isinstance(definition.judge, Mapping) and definition.judge.get("name") == JUDGE
 
 
+ENGINE = "engine"  # the order is the engine's, recorded in each receipt (sampler.order)
+ENGINE_ORDERS = {"transformers": "hf", "vllm": "vllm", "sglang": "sglang"}
+
+
 def judge_settings(definition: Any) -> tuple[str, float, float | None]:
     """(order, alpha, tol) from the definition's judge, checked.
 
@@ -48,13 +53,53 @@ def judge_settings(definition: Any) -> tuple[str, float, float | None]:
     judge = definition.judge
     order = judge.get("order", ANY)
     alpha = float(judge.get("alpha", DEFAULT_ALPHA))
-    if order != ANY and order not in ORDERS:
-        raise DefinitionError(f"judge 'sampling': order {order!r} is unknown; expected 'any' or one of "
+    if order not in (ANY, ENGINE) and order not in ORDERS:
+        raise DefinitionError(f"judge 'sampling': order {order!r} is unknown; expected 'engine', 'any' or one of "
                               f"{', '.join(ORDERS)}", definition=definition.name)
     if not 0 < alpha < 1:
         raise DefinitionError(f"judge 'sampling': alpha {alpha} must lie in (0, 1)", definition=definition.name)
     tol = judge.get("tol")
     return order, alpha, float(tol) if tol is not None else None
+
+
+def receipt_order(receipt: Any) -> str:
+    """The cut order a receipt declares (``sampler.order``, else its engine's); ``any`` when it says nothing."""
+    provenance = getattr(receipt, "provenance", None) or {}
+    sampler = provenance.get("sampler") if isinstance(provenance.get("sampler"), Mapping) else {}
+    order = sampler.get("order")
+    if order in ORDERS:
+        return order
+    return ENGINE_ORDERS.get(str(provenance.get("engine")), ANY)
+
+
+def unknown_processors(receipt: Any) -> list[dict[str, Any]]:
+    """The processors a receipt lists that its declared settings do not imply (name and source digest)."""
+    provenance = getattr(receipt, "provenance", None) or {}
+    sampler = provenance.get("sampler") if isinstance(provenance.get("sampler"), Mapping) else {}
+    return [{"name": str(p.get("name")), "digest": str(p.get("digest", ""))[:16]}
+            for p in sampler.get("processors") or () if isinstance(p, Mapping) and not p.get("declared")]
+
+
+def _extras(values: Mapping[str, Any], n: int) -> Extras:
+    """Penalties, bans and extra warpers from a ``sampling_logits_f32`` workload's inputs."""
+    def get(name: str, default: Any) -> Any:
+        return values.get(name, default)
+
+    words, word = [], []
+    for t in np.asarray(get("bad_words", [-1]), np.int64).reshape(-1).tolist():
+        if t < 0:
+            if word:
+                words.append(word)
+            word = []
+        else:
+            word.append(t)
+    return Extras.of(n, context=np.asarray(values["context"], np.int64).reshape(n, -1), pad=get("pad", 0),
+                     generated=get("generated", 0), repetition_penalty=get("repetition_penalty", 1.0),
+                     presence_penalty=get("presence_penalty", 0.0), frequency_penalty=get("frequency_penalty", 0.0),
+                     no_repeat_ngram=get("no_repeat_ngram", 0), min_new_tokens=get("min_new_tokens", 0),
+                     min_length=get("min_length", 0), typical_p=get("typical_p", 1.0), epsilon=get("epsilon", 0.0),
+                     eta=get("eta", 0.0), eos=np.asarray(get("eos", [-1]), np.int64).reshape(-1).tolist(),
+                     bad_words=words)
 
 
 def _numpy(value: Any) -> Any:
@@ -73,6 +118,11 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
     values = {k: _numpy(v) for k, v in inputs.items()}
     samples = np.asarray(_numpy(expected["samples"]), np.int64).reshape(-1)
     seed = zlib.crc32(row.uuid.encode())
+    declared_order = order
+    if order == ENGINE:
+        order = receipt_order(receipt)
+    unknown = unknown_processors(receipt)
+    accepted = {str(n) for n in definition.judge.get("accept_processors") or ()}
     if "logits" in values:
         logits = np.asarray(values["logits"], np.float32)
         n = logits.shape[0]
@@ -82,7 +132,11 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
         if problem:
             raise RecordError(problem, path=f"{row.source}:{row.line}")
         seeds = np.broadcast_to(np.asarray(values.get("seed", -1), np.int64), (n,))
-        record = record_logits(logits, settings, samples, seeds, order=order, tol=tol or DEFAULT_TOL, seed=seed)
+        extras = _extras(values, n) if "context" in values else None
+        record = record_logits(logits, settings, samples, seeds, order=order, tol=tol or DEFAULT_TOL, seed=seed,
+                               extras=extras)
+        if unknown and {p["name"] for p in unknown} <= accepted:  # the user means them: not checked, said so
+            record = not_checked(record, unknown)
     elif "logprobs" in values:
         record = record_top_logprobs(
             np.asarray(values["logprobs"], np.float64).reshape(-1).tolist(), samples.tolist(),
@@ -93,9 +147,11 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
     else:
         raise DefinitionError("a sampling definition needs the input 'logits' (full raw logits) or 'logprobs' "
                               "(a top-K list)", definition=definition.name)
+    if unknown and not record.get("not_checked"):
+        record["unknown_processors"] = unknown  # named in any failure: they may be what changed the distribution
     case.pop("reuse_key", None)  # the verdict depends on the definition's other cases: never reused alone
     case.update(sampling=record, tolerance={"samples": {"dtype": "int64", "judge": JUDGE, "alpha": alpha,
-                                                        "order": order}},
+                                                        "order": declared_order}},
                 metrics={"samples": {"positions": record["positions"], "judged": record["judged"],
                                      "outside": record["outside"], "alpha": alpha}},
                 seconds=time.perf_counter() - started)
@@ -103,10 +159,19 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
         first = record["outside_examples"][0]
         case.update(status=Status.FAILED, reason=f"workload {row.uuid}: {record['outside']} drawn token(s) outside the "
                                             f"kept set, e.g. token {first['token']} at position {first['position']} "
-                                            f"(kept {first['kept']} tokens)")
+                                            f"(kept {first['kept']} tokens){processors_note(record)}")
     else:
         case.update(status=Status.SKIPPED, reason=AWAITING)
     return case
+
+
+def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[str, Any]:
+    """A record whose positions ran through processors the user accepts: nothing is judged, and it says so."""
+    names = sorted({p["name"] for p in unknown})
+    n = record["positions"]
+    return {**record, "judged": 0, "greedy": 0, "outside": 0, "outside_examples": [], "draws": [],
+            "distributions": {}, "pit": {"n": 0, "sums": [0.0] * 4, "histogram": [0] * 10}, "moments": {},
+            "excluded": {"processor_accepted": n}, "not_checked": names}
 
 
 def execute_case(run: Any, row: Any, pending: Any) -> dict[str, Any]:
@@ -170,6 +235,11 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
         lines.append(f"{group['definition']}: sampling verdict {group['verdict']} at alpha {group['alpha']:g} "
                      f"({cases})")
         lines += [f"  {describe_test(t)}" for t in group.get("tests") or ()]
+        lines += [f"  not judged: {why}" for why in group.get("not_judged") or ()]
+        if group.get("degenerate"):
+            lines.append(f"  {group['degenerate']}")
+        if group.get("not_checked"):
+            lines.append(f"  {group['not_checked']}: the distribution was not checked for that part")
         if not group.get("tests"):
             lines.append("  no test ran: every draw was greedy, excluded, or a repeat of a seed")
     return lines

@@ -22,7 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.sampling.distribution import ANY, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings, judge_logits
+from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, TYPICAL_P,
+                                          Settings, judge_logits)
+from ikdata.sampling.pipeline import Extras, apply_cutoffs, process
 from ikdata.sampling.topk import implied
 from ikdata.sampling.stats import legendre, temperature_moments
 
@@ -49,15 +51,34 @@ def _pit_part(us: np.ndarray) -> dict[str, Any]:
             "histogram": [int(v) for v in np.histogram(us, 10, (0.0, 1.0))[0]]}
 
 
+def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn: np.ndarray, order: str, tol: float,
+           seed: int) -> tuple[np.ndarray, Any]:
+    """The processed logits (penalties and bans applied in the engine's order) and the judged positions."""
+    if extras is None:
+        return logits, judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed)
+    x = process(logits, extras, "hf" if order == ANY else order)
+    with np.errstate(invalid="ignore"):
+        judged = judge_logits(x, settings, drawn, order=order, tol=tol, seed=seed)
+    drawn = np.asarray(drawn, np.int64)
+    banned = np.isneginf(x[np.arange(len(drawn)), drawn]) & (judged.status != BAD_LOGPROBS)
+    judged.status[banned], judged.outside[banned], judged.u[banned] = OK, True, np.nan
+    judged.kept[:] = np.minimum(judged.kept, np.isfinite(x).sum(axis=1))
+    apply_cutoffs(x, settings, extras, drawn, judged, tol=tol, rng=np.random.default_rng(seed + 1))
+    typical = (extras.typical_p < 1) & (judged.status == OK) & ~judged.outside & ~judged.greedy
+    judged.status[typical], judged.kept[typical], judged.u[typical] = TYPICAL_P, 0, np.nan
+    return x, judged
+
+
 def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, seeds: Sequence[int] | None = None, *,
-                  order: str = ANY, tol: float = DEFAULT_TOL, seed: int = 0) -> dict[str, Any]:
-    """The record of one sampler call: raw logits [B, V], settings, drawn ids [B], seeds [B] (-1: unknown).
+                  order: str = ANY, tol: float = DEFAULT_TOL, seed: int = 0,
+                  extras: Extras | None = None) -> dict[str, Any]:
+    """The record of one sampler call: raw logits [B, V], settings, drawn ids [B], seeds [B] (-1: unknown);
+    ``extras``: penalties, bans and extra warpers, applied to the raw logits in the engine's order.
 
     Raises:
         RecordError: a drawn id outside the vocabulary, or shapes that disagree.
     """
-    logits = np.asarray(logits)
-    judged = judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed)
+    logits, judged = _judge(np.asarray(logits), settings, extras, drawn, order, tol, seed)
     n = len(drawn)
     ok = judged.status == OK
     record: dict[str, Any] = {"kind": "logits", "order": order, "positions": n, "judged": int(ok.sum()),

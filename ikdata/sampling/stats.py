@@ -253,8 +253,7 @@ def tv_test(counts: np.ndarray, probs: np.ndarray, *, alpha: float = DEFAULT_ALP
                 mid = (lo + hi) / 2
                 lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
             detectable = hi
-    elif len(kept) == 1:  # one kept token: any other draw is outside; (1 - d)^n <= 1 - power
-        detectable = 1 - (1 - POWER) ** (1 / max(n, 1))
+    # one kept token: degenerate; only a draw outside the kept set can fail, so no power is claimed
     wanted = None
     if detectable is not None and detectable > 0:
         wanted = int(math.ceil(n * (detectable / 0.05) ** 2))

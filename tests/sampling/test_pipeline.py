@@ -35,8 +35,11 @@ def test_correct_sampler_false_alarms_whole_judge():
     failed = 0
     for run in range(200):
         verdict = _run(rng, run)
-        assert [t["test"] for t in verdict.tests] == ["pit", "tv"]
-        assert all(t["alpha"] == 5e-4 for t in verdict.tests)
+        if [t["test"] for t in verdict.tests] == ["pit"]:  # the repeated distribution kept one token
+            assert verdict.degenerate and verdict.tests[0]["alpha"] == 1e-3  # no TV test claims power there
+        else:
+            assert [t["test"] for t in verdict.tests] == ["pit", "tv"]
+            assert all(t["alpha"] == 5e-4 for t in verdict.tests)
         failed += verdict.statuses[f"run-{run}"][0] == "failed"
     assert failed <= 2, f"{failed} of 200 correct runs failed"
 

@@ -62,7 +62,7 @@ def test_sampling_and_greedy_are_captured_with_raw_logits(tmp_path, capture_into
     boot.flush()
     root = tmp_path / "ds"
     rows, receipts = _rows(root)
-    assert {r["definition"] for r in rows} == {"sampling_f32_v128"} and len(rows) == 5
+    assert {r["definition"] for r in rows} == {"sampling_logits_f32_v128"} and len(rows) == 5
     by_request = {}
     for row in rows:
         receipt = receipts[row["workload"]["uuid"]]
@@ -82,7 +82,8 @@ def test_sampling_and_greedy_are_captured_with_raw_logits(tmp_path, capture_into
     assert int(_tensor(root, g_receipt["expected_output"]["samples"])[0]) == greedy[0, 5] == int(raw.argmax())
 
 
-def test_unmodeled_processors_are_not_captured(tmp_path, capture_into):
+def test_a_repetition_penalty_is_captured_with_its_setting(tmp_path, capture_into):
+    """A standard HF processor never stops capture: its setting is recorded and the judge models it."""
     import ikdata.capture
     from ikdata.capture import boot
 
@@ -93,8 +94,14 @@ def test_unmodeled_processors_are_not_captured(tmp_path, capture_into):
         model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=2, do_sample=True,
                        temperature=0.7, repetition_penalty=1.3, pad_token_id=0)
     boot.flush()
-    assert not (tmp_path / "ds" / "receipts.jsonl").exists() or not (tmp_path / "ds" / "receipts.jsonl").read_text()
-    assert any("RepetitionPenalty" in f["message"] for f in cap.failures)
+    rows, receipts = _rows(tmp_path / "ds")
+    assert len(rows) == 2 and not cap.failures
+    row = rows[0]
+    assert _tensor(tmp_path / "ds", row["workload"]["inputs"]["repetition_penalty"]).tolist() == pytest.approx([1.3])
+    sampler = receipts[row["workload"]["uuid"]]["sampler"]
+    assert sampler["order"] == "hf" and not sampler["unknown"]
+    assert {p["name"] for p in sampler["processors"] if p["declared"]} >= {"RepetitionPenaltyLogitsProcessor",
+                                                                           "TemperatureLogitsWarper"}
 
 
 def test_captured_draws_get_a_sampling_verdict(tmp_path, capture_into):

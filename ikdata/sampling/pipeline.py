@@ -1,0 +1,224 @@
+"""What an engine does to the raw logits before its cuts: penalties, bans and extra warpers (torch-free).
+
+The expected distribution of a draw is built from the model's raw logits and the request's
+declared settings, never from what the engine says it did. :func:`process` applies, in the
+engine's declared order, everything that moves or bans logits before temperature:
+
+- ``hf`` (Hugging Face ``generate``, ``_get_logits_processor``): repetition penalty (a logit
+  of a token seen in the context after its left padding is divided by the penalty when
+  positive, multiplied when negative), no-repeat-ngram (a token that would complete an n-gram
+  already in the context is banned), bad words (a sequence's last token is banned when the
+  context ends with the rest of it), min length (EOS banned while the context is shorter)
+  and min new tokens (EOS banned while fewer were generated);
+- ``vllm`` (v1 ``Sampler.forward``) and ``sglang`` (penaltylib): bad words, min tokens (EOS
+  banned), repetition penalty over prompt and output tokens (``> 0`` divided, else
+  multiplied), then ``logit -= frequency * count + presence * (count > 0)`` over the output
+  tokens only.
+
+Presence and frequency penalties are applied under any order when declared (HF has none, so a
+declared one is a request the HF engine cannot honour). After temperature, the cuts
+(:mod:`ikdata.sampling.distribution`) follow the same order; Hugging Face's epsilon and eta
+warpers come last (:func:`apply_cutoffs`: tokens whose probability in the cut distribution is
+below epsilon, or below ``min(eta, sqrt(eta) exp(-entropy))``, are dropped; the top token
+stays). Typical sampling keeps a set that is not a prefix by probability: such positions are
+excluded (``typical_p``), never passed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ikdata.core.errors import RecordError
+from ikdata.sampling.distribution import BOUNDARY, OK, ORDERS, Judged, Settings
+
+NO_TOKEN = -1  # padding in token tensors (context, eos, bad words separators)
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Per-position settings beyond temperature and the four cuts, and the context penalties look at.
+
+    ``context`` [n, L]: the token ids before this position (engine's input ids; ``-1`` for none);
+    ``pad`` [n]: leading context entries a repetition penalty ignores (HF: left padding);
+    ``generated`` [n]: how many trailing context entries are the engine's output (the rest is prompt).
+    Off: penalties 1 / 0 / 0, ngram 0, min tokens 0, typical 1, epsilon 0, eta 0.
+    """
+
+    context: np.ndarray
+    pad: np.ndarray
+    generated: np.ndarray
+    repetition_penalty: np.ndarray
+    presence_penalty: np.ndarray
+    frequency_penalty: np.ndarray
+    no_repeat_ngram: np.ndarray
+    min_new_tokens: np.ndarray
+    min_length: np.ndarray
+    typical_p: np.ndarray
+    epsilon: np.ndarray
+    eta: np.ndarray
+    eos: tuple[int, ...] = ()
+    bad_words: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, n: int, *, context: Any = None, pad: Any = 0, generated: Any = 0, repetition_penalty: Any = 1.0,
+           presence_penalty: Any = 0.0, frequency_penalty: Any = 0.0, no_repeat_ngram: Any = 0,
+           min_new_tokens: Any = 0, min_length: Any = 0, typical_p: Any = 1.0, epsilon: Any = 0.0, eta: Any = 0.0,
+           eos: Sequence[int] = (), bad_words: Sequence[Sequence[int]] = ()) -> Extras:
+        """Broadcast scalars to ``n`` positions and check them.
+
+        Raises:
+            RecordError: a value out of range (naming the setting and the value).
+        """
+        def vec(value: Any, dtype: Any) -> np.ndarray:
+            return np.broadcast_to(np.asarray(value, dtype), (n,)).copy()
+
+        ctx = np.zeros((n, 0), np.int64) if context is None else np.asarray(context, np.int64).reshape(n, -1)
+        made = cls(ctx, vec(pad, np.int64), vec(generated, np.int64), vec(repetition_penalty, np.float64),
+                   vec(presence_penalty, np.float64), vec(frequency_penalty, np.float64),
+                   vec(no_repeat_ngram, np.int64), vec(min_new_tokens, np.int64), vec(min_length, np.int64),
+                   vec(typical_p, np.float64), vec(epsilon, np.float64), vec(eta, np.float64),
+                   tuple(int(e) for e in eos if int(e) >= 0),
+                   tuple(tuple(int(t) for t in w) for w in bad_words if len(w)))
+        problem = made.problem()
+        if problem:
+            raise RecordError(problem)
+        return made
+
+    def problem(self) -> str | None:
+        """The first out-of-range setting, as a message; None when all are valid."""
+        checks = (("repetition_penalty", self.repetition_penalty, ~(self.repetition_penalty > 0), "must be > 0 (1: off)"),
+                  ("presence_penalty", self.presence_penalty, ~np.isfinite(self.presence_penalty), "must be finite"),
+                  ("frequency_penalty", self.frequency_penalty, ~np.isfinite(self.frequency_penalty),
+                   "must be finite"),
+                  ("no_repeat_ngram", self.no_repeat_ngram, self.no_repeat_ngram < 0, "must be >= 0 (0: off)"),
+                  ("typical_p", self.typical_p, ~((self.typical_p > 0) & (self.typical_p <= 1)), "must be in (0, 1]"),
+                  ("epsilon", self.epsilon, ~((self.epsilon >= 0) & (self.epsilon < 1)), "must be in [0, 1)"),
+                  ("eta", self.eta, ~((self.eta >= 0) & (self.eta < 1)), "must be in [0, 1)"))
+        for name, values, bad, what in checks:
+            if bad.any():
+                i = int(np.argmax(bad))
+                return f"{name} {values[i]!r} at position {i} {what}"
+        return None
+
+    @property
+    def any_on(self) -> bool:
+        return bool((self.repetition_penalty != 1).any() or (self.presence_penalty != 0).any()
+                    or (self.frequency_penalty != 0).any() or (self.no_repeat_ngram > 0).any()
+                    or (self.min_new_tokens > 0).any() or (self.min_length > 0).any() or bool(self.bad_words))
+
+
+def _tokens(row: np.ndarray) -> np.ndarray:
+    return row[row >= 0]
+
+
+def _ngram_bans(context: np.ndarray, size: int) -> list[int]:
+    """Tokens that would complete an n-gram of ``size`` already in ``context`` (HF's NoRepeatNGram)."""
+    length = len(context)
+    if size <= 0 or length < size:
+        return []
+    prefix = tuple(context[length + 1 - size:]) if size > 1 else ()
+    return [int(context[j + size - 1]) for j in range(length - size + 1)
+            if tuple(context[j:j + size - 1]) == prefix]
+
+
+def _bad_word_bans(context: np.ndarray, words: Sequence[Sequence[int]]) -> list[int]:
+    """Last tokens of bad-word sequences whose other tokens end the context (HF's NoBadWords)."""
+    out = []
+    for word in words:
+        head = list(word[:-1])
+        if not head or (len(context) >= len(head) and list(context[len(context) - len(head):]) == head):
+            out.append(int(word[-1]))
+    return out
+
+
+def process(logits: np.ndarray, extras: Extras, order: str) -> np.ndarray:
+    """The logits after the engine's penalties and bans (float64; banned tokens ``-inf``), before temperature.
+
+    Raises:
+        RecordError: an unknown order, or shapes that disagree.
+    """
+    if order not in ORDERS:
+        raise RecordError(f"order {order!r} is unknown; expected one of {', '.join(ORDERS)}")
+    x = np.array(logits, np.float64)
+    n, vocab = x.shape
+    if extras.context.shape[0] != n:
+        raise RecordError(f"context has {extras.context.shape[0]} rows for {n} positions")
+    if not extras.any_on:
+        return x
+    eos = [e for e in extras.eos if e < vocab]
+    for i in range(n):
+        row = extras.context[i]
+        whole = row[row >= 0] if (row < 0).any() else row
+        length = row.shape[0]  # HF counts every input id, padding included
+        seen = _tokens(row[int(extras.pad[i]):])
+        out_tokens = _tokens(row[length - int(extras.generated[i]):]) if extras.generated[i] > 0 else row[:0]
+        banned: list[int] = []
+        if extras.no_repeat_ngram[i] > 0:
+            banned += _ngram_bans(whole, int(extras.no_repeat_ngram[i]))
+        banned += _bad_word_bans(whole, extras.bad_words)
+        if order == "hf":
+            if extras.min_length[i] > 0 and length < extras.min_length[i]:
+                banned += eos
+            if extras.min_new_tokens[i] > 0 and extras.generated[i] < extras.min_new_tokens[i]:
+                banned += eos
+        elif extras.generated[i] < max(extras.min_new_tokens[i], 0):
+            banned += eos
+        rp = float(extras.repetition_penalty[i])
+        if rp != 1 and len(seen):
+            ids = np.unique(seen[seen < vocab])
+            v = x[i, ids]
+            if order == "hf":
+                x[i, ids] = np.where(v < 0, v * rp, v / rp)
+            else:
+                x[i, ids] = np.where(v > 0, v / rp, v * rp)
+        if (extras.frequency_penalty[i] != 0 or extras.presence_penalty[i] != 0) and len(out_tokens):
+            counts = np.bincount(out_tokens[out_tokens < vocab], minlength=vocab).astype(np.float64)
+            x[i] -= extras.frequency_penalty[i] * counts + extras.presence_penalty[i] * (counts > 0)
+        if banned:
+            x[i, [b for b in banned if 0 <= b < vocab]] = -np.inf
+    return x
+
+
+def apply_cutoffs(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.ndarray, judged: Judged, *,
+                  tol: float, rng: np.random.Generator) -> None:
+    """Hugging Face's epsilon and eta warpers after the cuts, on the rows that set them (in place).
+
+    Both keep a prefix of the kept tokens by probability: the count shrinks, and a probability
+    within the tolerance of the threshold is ``boundary``.
+    """
+    rows = np.flatnonzero(((extras.epsilon > 0) | (extras.eta > 0)) & (judged.status == OK) & ~judged.greedy)
+    for i in rows:
+        t = float(settings.temperature[i])
+        values = -np.sort(-x[i])[:int(judged.kept[i])]
+        w = np.exp((values - values[0]) / t)
+        p = w / w.sum()
+        threshold = 0.0
+        if extras.epsilon[i] > 0:
+            threshold = max(threshold, float(extras.epsilon[i]))
+        if extras.eta[i] > 0:
+            entropy = float(-(p * np.log(np.where(p > 0, p, 1.0))).sum())
+            eta = float(extras.eta[i])
+            threshold = max(threshold, min(eta, math.sqrt(eta) * math.exp(-entropy)))
+        slack = math.exp(2 * tol / t)
+        if ((p > threshold / slack) & (p < threshold * slack)).any():
+            judged.status[i], judged.kept[i], judged.u[i] = BOUNDARY, 0, np.nan
+            continue
+        keep = max(1, int((p >= threshold).sum()))
+        if keep == judged.kept[i]:
+            continue
+        judged.kept[i] = keep
+        value = x[i, drawn[i]]
+        if value < values[keep - 1]:
+            judged.outside[i], judged.u[i] = True, np.nan
+            continue
+        q = p[:keep] / p[:keep].sum()
+        before = q[values[:keep] > value].sum()
+        atom = q[values[:keep] == value].sum()
+        judged.u[i] = before + rng.random() * atom
+
+
+__all__ = ["Extras", "NO_TOKEN", "apply_cutoffs", "process"]
