@@ -140,3 +140,43 @@ def takes_inputs(signature: RunSignature, inputs: list[str]) -> bool:
 
 __all__ = ["MAX_CHAIN", "MAX_NESTING", "MAX_REFERENCE_CHARS", "RunSignature", "parse_reference", "run_signature",
            "takes_inputs"]
+
+
+def entry_point(tree: ast.Module, named: str | None = None) -> str | None:
+    """The reference's entry function: ``named`` if given, else ``run``, else the only top-level function,
+    else the only ``_<op>_reference`` (FlashInfer's naming). None when none of these is there."""
+    functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if named is not None:
+        return named if named in functions else None
+    if "run" in functions:
+        return "run"
+    if len(functions) == 1:
+        return functions[0]
+    suffixed = [f for f in functions if f.startswith("_") and f.endswith("_reference")]
+    return suffixed[0] if len(suffixed) == 1 else None
+
+
+def unbound_names(tree: ast.Module) -> list[str]:
+    """Names the source reads that nothing in it binds and that are not builtins: helpers left out.
+
+    A reference must be standalone (FlashInfer inlines its helpers ahead of it); this is read
+    from the syntax alone, so attribute access and dynamic names are not followed.
+    """
+    import builtins
+
+    bound: set[str] = set(dir(builtins)) | {"__name__", "__file__"}
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+    return sorted(loaded - bound)

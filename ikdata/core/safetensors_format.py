@@ -29,7 +29,7 @@ _U64_MAX = (1 << 64) - 1
 DTYPES: dict[str, tuple[str, int]] = {
     "torch.float64": ("F64", 8), "torch.float32": ("F32", 4), "torch.float16": ("F16", 2),
     "torch.bfloat16": ("BF16", 2), "torch.float8_e4m3fn": ("F8_E4M3", 1),
-    "torch.float8_e5m2": ("F8_E5M2", 1), "torch.int64": ("I64", 8), "torch.int32": ("I32", 4),
+    "torch.float8_e5m2": ("F8_E5M2", 1), "torch.float8_e8m0fnu": ("F8_E8M0", 1), "torch.int64": ("I64", 8), "torch.int32": ("I32", 4),
     "torch.int16": ("I16", 2), "torch.int8": ("I8", 1), "torch.uint8": ("U8", 1),
     "torch.uint16": ("U16", 2), "torch.uint32": ("U32", 4), "torch.uint64": ("U64", 8),
     "torch.bool": ("BOOL", 1), "torch.complex64": ("C64", 8),

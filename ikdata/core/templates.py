@@ -146,6 +146,10 @@ def trusted_instances(dataset_definitions: Mapping[str, Definition]) -> dict[str
         instance = instantiate(template, values)
         if instance.name == name and instance.digest == definition.digest:
             trusted[name] = instance
+    if any(str(t).startswith("ikdata:flashinfer=") for d in dataset_definitions.values() for t in d.record.get("tags", [])):
+        from ikdata.flashinfer.trust import trusted_flashinfer  # converted from an installed FlashInfer template
+
+        trusted.update(trusted_flashinfer(dataset_definitions))
     return trusted
 
 

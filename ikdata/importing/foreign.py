@@ -104,6 +104,7 @@ class Source:
     left_out: list[LeftOut] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     paths: PathResolver | None = None  # SRC's path rule: every file read from SRC passes it first
+    extra_definitions: tuple = ()  # trusted definition folders SRC's reading added (FlashInfer staging)
 
 
 def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLike] = (),
@@ -125,6 +126,9 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
         >>> source = read_source("seed-capture", definitions=["seed/definitions"])
         >>> len(source.rows), [p.message for p in source.problems]
     """
+    staged = _flashinfer_staged(Path(src), definitions)
+    if staged is not None:  # FlashInfer's recorder or trace definitions: staged as an ikdata dataset first
+        src, definitions, fi_left_out = staged
     ds = Dataset.open(src, definitions=definitions)
     known = known or {}
     built = manifest.build(ds.root)
@@ -154,7 +158,23 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
     source.problems += seen.problems()
     source.problems += ds.problems  # record files the path rule refused (links out of SRC)
     _read_report(ds, source)
+    if staged is not None:
+        source.left_out += fi_left_out
+        source.extra_definitions = tuple(definitions)
     return source
+
+
+def _flashinfer_staged(src: Path, definitions: Sequence[str | os.PathLike]) -> tuple[Path, list, list] | None:
+    """(staged dataset, its definitions folder (trusted: user-named or the installed FlashInfer), calls left out)
+    when SRC is a FlashInfer folder (:mod:`ikdata.flashinfer.source`), else None."""
+    from ikdata.flashinfer.source import detect, stage_source
+
+    found = detect(src, [str(d) for d in definitions])
+    if found is None:
+        return None
+    root, staged = stage_source(src, found)
+    left_out = [LeftOut("", Path(where).name, reason, where=where) for where, reason in staged.left_out]
+    return root, [str(root / "definitions")], left_out
 
 
 def _records(ds: Dataset, files: list[Path], kind: str, known: Mapping[str, dict], source: Source) -> Iterator[Any]:

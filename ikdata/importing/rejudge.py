@@ -18,6 +18,11 @@ sampled draw brings its whole definition along. A case this machine judged befor
 own reuse cache (:mod:`ikdata.replay.reuse`: written only by replays here, never read from a
 dataset), so importing what was replayed here costs no second run.
 
+A family that judges only whole runs (diffusion: a trajectory decides its denoiser and scheduler-step
+workloads against its own noise floor and reference schedule) gets one: when SRC's claims include
+such workloads, or the import carries trajectories, every claim is re-judged by one whole replay of
+SRC, so a perturbed trajectory's workloads disagree and refuse the import.
+
 Nothing here writes into SRC or DST: the report of the re-judging goes to a temporary folder.
 """
 
@@ -112,13 +117,15 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
     source = plan.source
     count = len(claims) if everything else sample_size(len(claims))
     chosen = set(claims) if count >= len(claims) else set((rng or random.SystemRandom()).sample(claims, count))
-    ds = Dataset.open(source.root, definitions=definitions)
+    ds = Dataset.open(source.root, definitions=[*definitions, *getattr(source, "extra_definitions", ())])
     _as_written(ds.definitions)
     definition_of = {uuid: source.rows[uuid]["definition"] for uuid in claims}
     pooled = {name for name in {definition_of[u] for u in chosen}  # a family that decides over a definition's cases
               if name in ds.definitions and _pools(families.owner(ds.definitions[name]))}
     chosen |= {u for u in claims if definition_of[u] in pooled}  # a group is judged whole
-    wanted = chosen | {row.uuid for row in ds.workloads() if row.definition in pooled}
+    wanted: set[str] | None = chosen | {row.uuid for row in ds.workloads() if row.definition in pooled}
+    if _needs_whole_run(plan, ds, definition_of.values()):  # trajectories: their family judges the whole run
+        chosen, wanted = set(claims), None
     with tempfile.TemporaryDirectory(prefix="ikdata-rejudge-") as folder:
         result = replay(ds, device=device, uuids=wanted, trust=trust, report_path=Path(folder) / "replay.json")
     cases = {case.get("uuid"): case for case in result.report.get("cases") or []}
@@ -141,6 +148,18 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
     reused = sum(1 for uuid in chosen if (cases.get(uuid) or {}).get("reused"))
     return Rejudged(len(claims), len(chosen), len(chosen) < len(claims), reused, tuple(problems),
                     disagreeing=tuple(disagreeing), reasons=tuple(reasons))
+
+
+def _needs_whole_run(plan: Any, ds: Any, names: Any) -> bool:
+    """Whether a claim is decided by a family that judges only a whole run (diffusion trajectories decide
+    their denoiser and scheduler-step workloads): a claim of a definition such a family owns, or trajectories
+    the import carries. Then every claim is re-judged in one whole replay of SRC, the family's finish
+    included (:func:`ikdata.judging.families.finish_all`)."""
+    from ikdata.judging import families
+
+    if getattr(getattr(plan, "carried", None), "added", None):
+        return True
+    return any(families.owner(ds.definitions[name]).needs_whole_run for name in set(names) if name in ds.definitions)
 
 
 def _pools(family: Any) -> bool:

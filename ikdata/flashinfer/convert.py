@@ -1,0 +1,229 @@
+"""A FlashInfer Trace definition (what ``FLASHINFER_TRACE_DUMP=1`` writes) as an ikdata definition.
+
+torch-free: it reads the JSON and parses the reference and check sources, running neither.
+What changes, and why (docs/flashinfer.md):
+
+- **entry point**: FlashInfer's references are ``_<op>_reference(...)``; flashinfer-bench
+  and ikdata call ``run``. A ``run`` is appended that calls the entry by keyword, so the
+  definition loads in flashinfer-bench 0.1.2 too. The reference must be standalone: a
+  name nothing in it binds (a helper left out) refuses the definition.
+- **optional inputs**: a call that leaves one out (None) gets the definition without it,
+  named ``<name>__without_<input>``; ``run`` passes None for it.
+- **in-place outputs** whose name is an input's (``residual``) become ``<name>_out``:
+  flashinfer-bench and ikdata keep inputs and outputs disjoint.
+- **check thresholds**: the rtol/atol of the template's ``check`` (read from its source)
+  become the definition's ``tolerance`` for every float output dtype, with
+  ``matched_ratio`` from ``max_mismatch_pct``; a check with per-output thresholds keeps
+  ikdata's table and is tagged ``ikdata:flashinfer-check=unmapped``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ikdata.core.references import entry_point, parse_reference, unbound_names
+
+SOURCE_TAG = "ikdata:flashinfer"  # ikdata:flashinfer=<template key>: converted from an installed template
+UNMAPPED_CHECK_TAG = "ikdata:flashinfer-check=unmapped"
+OUT_SUFFIX = "_out"
+WITHOUT = "__without_"
+
+# flashinfer.trace.template.default_tolerances, the thresholds standard_check uses (flashinfer-python 0.7.2)
+FLASHINFER_DEFAULTS: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7), "float32": (1e-5, 1e-5), "float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2),
+    "float8_e4m3fn": (1e-1, 1e-1), "float8_e5m2": (1e-1, 1e-1), "float8_e8m0fnu": (1e-1, 1e-1),
+    "float4_e2m1": (1.0, 1.0),
+}
+FLOAT_DTYPES = frozenset(FLASHINFER_DEFAULTS)
+
+
+class Refused(Exception):
+    """A FlashInfer definition ikdata cannot hold; ``reason`` says why (counted in the closing figures)."""
+
+    def __init__(self, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.reason, self.code = reason, code
+
+
+@dataclass(frozen=True)
+class Converted:
+    """The ikdata record, and how FlashInfer's names map onto it."""
+
+    record: dict
+    entry: str
+    renamed_outputs: Mapping[str, str] = field(default_factory=dict)  # ikdata output name -> FlashInfer's
+    dropped_inputs: tuple[str, ...] = ()
+
+
+def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: str | None = None) -> Converted:
+    """The ikdata definition for a FlashInfer Trace definition record.
+
+    Args:
+        fi: the record as FlashInfer wrote it.
+        absent: optional inputs a call left out.
+        template_key: ``module:attr`` of the installed template it was rendered from (tags it, for trust).
+
+    Raises:
+        Refused: an unknown dtype, a reference that is not standalone, no entry point, an absent
+            input that is not optional, an undeclared axis.
+    """
+    name = fi.get("name")
+    inputs, outputs = dict(fi.get("inputs") or {}), dict(fi.get("outputs") or {})
+    reference = fi.get("reference")
+    if not isinstance(name, str) or not isinstance(reference, str) or not inputs or not outputs:
+        raise Refused("not a FlashInfer definition (needs name, inputs, outputs and reference)", "not-definition")
+    tree, reason = parse_reference(reference)
+    if tree is None:
+        raise Refused(f"reference: {reason}", "reference-syntax")
+    entry = entry_point(tree)
+    if entry is None:
+        raise Refused("reference defines no entry point (no 'run', no single top-level function, no single "
+                      "_<op>_reference)", "no-entry")
+    missing = unbound_names(tree)
+    if missing:
+        raise Refused(f"reference is not standalone: it uses {', '.join(missing)}, which it does not define",
+                      "not-standalone")
+    for section, specs in (("inputs", inputs), ("outputs", outputs)):
+        for tensor, spec in specs.items():
+            dtype = spec.get("dtype")
+            if dtype == "unknown" and section == "inputs" and spec.get("optional"):
+                continue
+            if dtype not in _KNOWN_DTYPES:
+                raise Refused(f"{section} {tensor!r} has dtype {dtype!r}, which ikdata does not hold", "dtype")
+            for axis in spec.get("shape") or ():
+                if axis not in (fi.get("axes") or {}):
+                    raise Refused(f"{section} {tensor!r} uses axis {axis!r}, not declared", "axis")
+    for axis, spec in (fi.get("axes") or {}).items():
+        if spec.get("type") == "const" and not isinstance(spec.get("value"), int):
+            raise Refused(f"const axis {axis!r} has no value (nothing in the call carried it)", "axis-value")
+    for tensor in absent:
+        if tensor not in inputs or not inputs[tensor].get("optional"):
+            raise Refused(f"input {tensor!r} is absent but not optional", "absent-input")
+    params = _entry_params(tree, entry)
+    kept = {n: s for n, s in inputs.items() if n not in absent}
+    for tensor, spec in kept.items():
+        if spec.get("dtype") == "unknown":
+            raise Refused(f"optional input {tensor!r} is present but its dtype is unknown", "dtype")
+    if params is not None:
+        required, accepted = params
+        extra = [p for p in required if p not in inputs]
+        if extra:
+            raise Refused(f"{entry} needs {', '.join(extra)}, which are not inputs", "entry-params")
+        if accepted is not None:
+            unused = [n for n in kept if n not in accepted]
+            if unused:
+                raise Refused(f"{entry} does not take the inputs {', '.join(unused)}", "entry-params")
+    renamed = {}
+    out_specs = {}
+    for tensor, spec in outputs.items():
+        target = tensor + OUT_SUFFIX if tensor in inputs else tensor
+        renamed[target] = tensor
+        out_specs[target] = {k: v for k, v in spec.items() if k != "optional"}
+    record = {k: v for k, v in fi.items() if k not in ("inputs", "outputs", "reference")}
+    record["name"] = name + (WITHOUT + "_".join(absent) if absent else "")
+    record["inputs"] = {n: {k: v for k, v in s.items() if k != "optional"} for n, s in kept.items()}
+    record["outputs"] = out_specs
+    record["reference"] = _with_run(reference, entry, list(kept), list(absent), params)
+    tags = list(fi.get("tags") or [])
+    if template_key:
+        tags.append(f"{SOURCE_TAG}={template_key}")
+    tolerance = check_tolerance(fi.get("check"), [s["dtype"] for s in out_specs.values()])
+    if tolerance is None:
+        tags.append(UNMAPPED_CHECK_TAG)
+    else:
+        record["tolerance"] = tolerance
+    record["tags"] = tags
+    return Converted(record, entry, {k: v for k, v in renamed.items() if k != v}, tuple(absent))
+
+
+_KNOWN_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
+                           "float8_e8m0fnu", "int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64",
+                           "bool"})
+
+
+def _entry_params(tree: ast.Module, entry: str) -> tuple[list[str], set[str] | None] | None:
+    """(parameters without a default, every parameter name or None when it takes **kwargs)."""
+    node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry)
+    args = node.args
+    positional = [a.arg for a in args.posonlyargs + args.args]
+    required = positional[:len(positional) - len(args.defaults)]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    accepted = None if args.kwarg else set(positional) | {a.arg for a in args.kwonlyargs}
+    return required, accepted
+
+
+def _with_run(reference: str, entry: str, inputs: list[str], absent: list[str],
+              params: tuple[list[str], set[str] | None] | None) -> str:
+    if entry == "run" and not absent:
+        return reference
+    accepted = params[1] if params else None
+    passed = [f"{n}={n}" for n in inputs] + [f"{n}=None" for n in absent if accepted is None or n in accepted]
+    body = f"def run({', '.join(inputs)}):\n    return {entry}({', '.join(passed)})\n"
+    if entry == "run":  # the original run stays reachable under another name
+        reference = reference.replace("def run(", "def _run_with_all_inputs(", 1)
+        body = body.replace("return run(", "return _run_with_all_inputs(")
+    return reference.rstrip("\n") + "\n\n\n# ----- ikdata entry (flashinfer-bench calls run) -----\n" + body
+
+
+def check_tolerance(check: Any, output_dtypes: Sequence[str]) -> dict | None:
+    """ikdata's ``tolerance`` for a FlashInfer ``check`` source (None: thresholds not one rtol/atol pair).
+
+    ``standard_check`` (and no check) use FlashInfer's per-dtype defaults; a check whose
+    signature or body sets ``rtol``/``atol`` (``rtol = 1e-3 if rtol is None else rtol``) uses them
+    for every float dtype; ``max_mismatch_pct`` becomes ``matched_ratio``.
+    """
+    floats = sorted({d for d in output_dtypes if d in FLOAT_DTYPES})
+    thresholds = {"rtol": None, "atol": None, "max_mismatch_pct": 0.0}
+    if isinstance(check, str) and check.strip():
+        tree, _ = parse_reference(check)
+        function = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None) if tree else None
+        if function is None:
+            return None
+        if function.name != "standard_check":
+            found = _thresholds(function)
+            if found is None:
+                return None
+            thresholds.update({k: v for k, v in found.items() if v is not None})
+            if thresholds["rtol"] is None or thresholds["atol"] is None:
+                return None
+    tolerance: dict[str, Any] = {}
+    for dtype in floats:
+        rtol, atol = FLASHINFER_DEFAULTS[dtype]
+        tolerance[dtype] = {"rtol": thresholds["rtol"] if thresholds["rtol"] is not None else rtol,
+                            "atol": thresholds["atol"] if thresholds["atol"] is not None else atol}
+    pct = thresholds["max_mismatch_pct"] or 0.0
+    if pct > 0:
+        tolerance["matched_ratio"] = max(1e-9, 1.0 - pct / 100.0)
+    return tolerance
+
+
+def _thresholds(function: ast.FunctionDef) -> dict[str, float | None] | None:
+    """rtol, atol and max_mismatch_pct a check applies; None when it names other thresholds (per output)."""
+    args = function.args
+    names = [a.arg for a in args.kwonlyargs]
+    if any(n.endswith(("_rtol", "_atol")) for n in names):
+        return None
+    found: dict[str, float | None] = {}
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if arg.arg in ("rtol", "atol", "max_mismatch_pct"):
+            found[arg.arg] = _number(default)
+    for node in ast.walk(function):  # rtol = 1e-3 if rtol is None else rtol
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in ("rtol", "atol") and isinstance(node.value, ast.IfExp):
+            value = _number(node.value.body)
+            if value is not None:
+                found[node.targets[0].id] = value
+    return found
+
+
+def _number(node: ast.AST | None) -> float | None:
+    try:
+        value = ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+__all__ = ["Converted", "FLASHINFER_DEFAULTS", "Refused", "SOURCE_TAG", "check_tolerance", "convert"]

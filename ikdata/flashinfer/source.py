@@ -1,0 +1,67 @@
+"""Recognise a FlashInfer folder given to ``ikdata import`` and stage it as an ikdata dataset.
+
+Three shapes are read: a recorder folder (call folders with ``metadata.jsonl``), a trace
+definitions folder (``*.json`` tagged ``fi_api:``), or a folder holding both (``dumps/``
+and ``definitions/``, as tools/flashinfer_corpus.py writes). The staging dataset lives in
+a temporary folder removed when the process exits; SRC is never written.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from ikdata.core.dataset import NotADataset
+from ikdata.flashinfer.dumps import is_dump_folder
+from ikdata.flashinfer.staging import Staged, is_definition_folder, stage
+
+LAYOUTS = ("FlashInfer flight-recorder call folders (<call>/metadata.jsonl)",
+           "FlashInfer trace definitions (*.json tagged fi_api:)")
+
+
+def detect(src: Path, definitions: Sequence[str] = ()) -> tuple[Path | None, Path | None] | None:
+    """(calls folder, definitions folder) when SRC is a FlashInfer folder, else None (cheap: no torch)."""
+    if not src.is_dir() or (src / "ikdata.json").exists() or (src / "blob").is_dir():
+        return None
+    calls = src if is_dump_folder(src) else (src / "dumps" if (src / "dumps").is_dir() and is_dump_folder(src / "dumps")
+                                             else None)
+    named = [Path(d) for d in definitions if is_definition_folder(Path(d))]
+    defs = named[0] if named else (src if calls is None and is_definition_folder(src) else (
+        src / "definitions" if (src / "definitions").is_dir() and is_definition_folder(src / "definitions") else None))
+    if calls is None and defs is None:
+        return None
+    return calls, defs
+
+
+def stage_source(src: Path, found: tuple[Path | None, Path | None]) -> tuple[Path, Staged]:
+    """Stage SRC into a temporary ikdata dataset (removed at exit).
+
+    Raises:
+        NotADataset: nothing in it could be read; the message names the layouts looked for
+            and why each call or file was left out.
+    """
+    out = Path(tempfile.mkdtemp(prefix="ikdata-flashinfer-"))
+    atexit.register(shutil.rmtree, out, True)
+    staged = stage(found[0], found[1], out / "staged")
+    if not staged.definitions:
+        error = NotADataset(src)
+        why = "; ".join(f"{where}: {reason}" for where, reason in staged.left_out[:5]) or "no call folder or definition"
+        error.looked_for = (*error.looked_for, *LAYOUTS)
+        error.args = (f"{src}: nothing ikdata can read: looked for {', '.join(error.looked_for)}; {why}",)
+        raise error
+    _judge(out / "staged")
+    return out / "staged", staged
+
+
+def _judge(root: Path) -> None:
+    """Replay the staged calls with their (trusted) references, so import judges them like any capture."""
+    from ikdata.core.dataset import Dataset
+    from ikdata.replay.runner import replay
+
+    replay(Dataset.open(root, definitions=[root / "definitions"]), device="cpu", reuse=False)
+
+
+__all__ = ["LAYOUTS", "detect", "stage_source"]
