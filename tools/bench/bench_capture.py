@@ -190,30 +190,33 @@ def bench_dedup(workloads: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Fewer repetitions (noisier).")
+    parser.add_argument("--smoke", action="store_true", help="The smallest sizes, a few seconds (tests; ratios "
+                        "are noise)")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # less noise from thread scheduling on a shared machine
-    q = args.quick
+    q, smoke = args.quick or args.smoke, args.smoke
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
 
-    r = bench_forward_overhead(rounds=6 if q else 20, reps=20 if q else 25)
+    r = bench_forward_overhead(rounds=2 if smoke else 6 if q else 20, reps=3 if smoke else 20 if q else 25)
     print(f"1. forward (tiny Llama, 32 tokens, min of {r['samples']}): {r['forward_ms']:.3f} ms; hooks in place, "
           f"nothing selected: {r['hooked_ms']:.3f} ms -> overhead {r['overhead_pct']:+.2f}% "
           f"(10th percentile: {r['p10_overhead_pct']:+.2f}%; target <= 2%)")
 
-    r = bench_stall(captures=10 if q else 30, rows=1024, features=1024)
+    r = bench_stall(captures=3 if smoke else 10 if q else 30, rows=256 if smoke else 1024,
+                    features=256 if smoke else 1024)
     print(f"2. engine stall per captured MB: {r['stall_ms_per_mb']:.3f} ms/MB with the writer idle, "
           f"{r['busy_ms_per_mb']:.3f} ms/MB back to back (writer busy); host copy alone "
           f"{r['copy_ms_per_mb']:.3f} ms/MB -> {r['stall_over_copy']:.2f}x / {r['busy_over_copy']:.2f}x the copy "
           f"({r['mb_per_capture']:.1f} MB per capture)")
 
-    r = bench_writer(tensors=16 if q else 48, mb=1.0)
+    r = bench_writer(tensors=4 if smoke else 16 if q else 48, mb=0.25 if smoke else 1.0)
     print(f"3. writer: {r['writer_mb_s']:.0f} MB/s vs safetensors.save_file per tensor {r['plain_mb_s']:.0f} MB/s "
           f"(page cache, no fsync) -> {r['writer_over_plain']:.2f}x; vs save_file + fsync per tensor "
           f"{r['durable_mb_s']:.0f} MB/s -> {r['writer_over_durable']:.2f}x ({r['total_mb']:.0f} MB; the writer also "
           f"hashes and appends rows and receipts)")
 
-    r = bench_dedup(workloads=100)
+    r = bench_dedup(workloads=10 if smoke else 100)
     print(f"4. one 2 MB weight in {r['workloads']} workloads: {r['stored_mb']:.2f} MB stored vs "
           f"{r['without_dedup_mb']:.1f} MB without dedup -> {r['saving']:.1f}x smaller")
 

@@ -172,7 +172,11 @@ def main() -> None:
     parser.add_argument("--workloads", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fractions", default="0.9,0.99,0.0", help="shares of SRC's blobs DST already holds")
+    parser.add_argument("--smoke", action="store_true", help="100 workloads, one run, DST holding 90%% (a few "
+                        "seconds, for tests; the ratio is noise)")
     args = parser.parse_args()
+    if args.smoke:
+        args.workloads, args.repeat, args.fractions = 100, 1, "0.9"
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         work = Path(tmp)
         started = time.perf_counter()

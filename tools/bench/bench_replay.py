@@ -75,7 +75,12 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=8)
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--k", type=int, default=64)
+    parser.add_argument("--smoke", action="store_true", help="60 cases, one run each (a few seconds, for tests; "
+                        "the ratios are noise)")
     args = parser.parse_args()
+    rounds = 1 if args.smoke else 3
+    if args.smoke:
+        args.cases = 60
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="bench-replay-"))
     os.environ["IKDATA_CACHE_DIR"] = str(work / "cache")
@@ -86,12 +91,13 @@ def main() -> None:
         print(f"built {args.cases} GEMM workloads (A[{args.m},{args.k}] @ W[{args.n},{args.k}].T, float32) "
               f"in {time.perf_counter() - started:.1f} s")
         direct(in_memory[:50])  # warm up torch
-        baseline = min(direct(in_memory) for _ in range(3))
-        runs = [timed_replay(root, definitions, reuse=False, report=work / f"fresh{i}.json") for i in range(3)]
+        baseline = min(direct(in_memory) for _ in range(rounds))
+        runs = [timed_replay(root, definitions, reuse=False, report=work / f"fresh{i}.json") for i in range(rounds)]
         fresh = min(runs)  # the least disturbed run (this machine may be shared)
         counts = fresh[2]
         timed_replay(root, definitions, reuse=True, report=work / "fills-the-cache.json")
-        reused = min(timed_replay(root, definitions, reuse=True, report=work / f"reused{i}.json") for i in range(3))
+        reused = min(timed_replay(root, definitions, reuse=True, report=work / f"reused{i}.json")
+                     for i in range(rounds))
         assert reused[2]["reused"] == args.cases, reused[2]
         n = args.cases
         print(f"{'':44} {'wall':>9} {'cpu':>9} {'wall/case':>10} {'cpu/case':>10}")

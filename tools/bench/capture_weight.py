@@ -145,17 +145,21 @@ def bench_checks(captures: int, *, flush_each: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Fewer repetitions (noisier).")
+    parser.add_argument("--smoke", action="store_true", help="The smallest sizes, a few seconds (tests; ratios "
+                        "are noise)")
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
     torch.manual_seed(0)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {load_average()}")
-    r = bench_engine_thread(rounds=4 if args.quick else 10, per_round=10 if args.quick else 20)
+    r = bench_engine_thread(rounds=2 if args.smoke else 4 if args.quick else 10,
+                            per_round=3 if args.smoke else 10 if args.quick else 20)
     print(f"1. engine thread per capture (F.linear, A {ROWS}x{FEATURES}, unchanged W {FEATURES}x{FEATURES} bf16, "
           f"median of {r['captures']}): ikdata {r['ours_ms']:.3f} ms vs the earlier script's writer (rehash "
           f"every call) {r['seed_ms']:.3f} ms -> {r['ratio']:.3f}x; vs its copy + rehash of W alone "
           f"{r['seed_w_ms']:.3f} ms -> {r['ratio_w']:.3f}x (target <= 0.3x; weight reused {r['hits']} times)")
     for flush_each in (False, True):
-        c = bench_checks(50 if args.quick else 200, flush_each=flush_each)
+        c = bench_checks(5 if args.smoke else 50 if args.quick else 200, flush_each=flush_each)
         how = "a flush after every capture (one check each)" if flush_each else "back to back"
         print(f"2. weight checks, {how}: {c['checks']} rehashes for {c['captures']} captures, "
               f"{c['ms_per_check']:.2f} ms each ({c['check_mb_s']:.0f} MB/s) -> "

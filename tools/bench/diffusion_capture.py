@@ -163,15 +163,19 @@ def storage(steps: int, into: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--smoke", action="store_true", help="the fewest rounds and steps (a few seconds, for "
+                        "tests; the ratios are noise)")
     args = parser.parse_args()
+    smoke = args.smoke
     import torch
 
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="ikdata-bench-diffusion-"))
     try:
         print(f"load average {load_average()}")
-        overhead = engine_overhead(2 if args.quick else 5, 4 if args.quick else 6, work / "overhead")
+        overhead = engine_overhead(1 if smoke else 2 if args.quick else 5, 2 if smoke else 4 if args.quick else 6,
+                                   work / "overhead")
         print(f"engine time per step (median): bare {overhead['bare_step_ms']} ms, captured "
               f"{overhead['captured_step_ms']} ms, ratio {overhead['ratio']}x; best of {overhead['steps_timed']}: "
               f"bare {overhead['best_bare_step_ms']} ms, captured {overhead['best_captured_step_ms']} ms, ratio "
@@ -181,12 +185,13 @@ def main() -> None:
         print(f"whole call, {overhead['steps_per_call']} steps (best): bare "
               f"{overhead['best_call_s']['bare']} s, captured {overhead['best_call_s']['captured']} s (hashing and "
               "writing the trajectory's blobs, rows, model record at the end of the call)")
-        hooks = hook_time(6, work / "hooks")
+        hooks = hook_time(2 if smoke else 6, work / "hooks")
         print(f"time inside ikdata's step and denoiser hooks: {hooks['hook_ms_per_step']} ms per step "
               f"(profiled, an upper bound; a step here takes {overhead['best_bare_step_ms']} ms or more); writing "
               f"the trajectory when the call ends: {hooks['finish_s']} s")
-        stored = storage(20, work / "storage")
-        print(f"20-step trajectory, {stored['streams']} streams: stored {stored['stored_bytes']} B of "
+        steps = 3 if smoke else 20
+        stored = storage(steps, work / "storage")
+        print(f"{steps}-step trajectory, {stored['streams']} streams: stored {stored['stored_bytes']} B of "
               f"{stored['captured_bytes']} B captured (ratio {stored['ratio']}); latent chain (x, x_next): "
               f"{stored['chain_latents_stored']} latents stored, ratio {stored['chain_ratio']} "
               f"(expected (N+1)/2N = {stored['chain_expected']})")
