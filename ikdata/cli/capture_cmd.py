@@ -12,13 +12,14 @@ from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import JsonOpt, QuietOpt
 
-CAPTURE_EXAMPLES = """Examples:
-
+CAPTURE_EXAMPLES = """
+\b
+Examples:
   ikdata capture --into runs/minilm -- python tools/examples/minilm_embed.py
-
-  ikdata capture --into runs/llama --only gemm,attention --steps 0,1 --max-bytes 256MB -- python gen.py
-
-  ikdata capture --into runs/srv --request-file /tmp/req.json --step-module Qwen3ForCausalLM \\
+  ikdata capture --into runs/llama --only gemm,attention --steps 0,1 \\
+      --max-bytes 256MB -- python gen.py
+  ikdata capture --into runs/srv --request-file /tmp/req.json \\
+      --step-module Qwen3ForCausalLM \\
       -- python -m sglang.launch_server --disable-cuda-graph ...
 """
 

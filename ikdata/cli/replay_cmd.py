@@ -12,27 +12,54 @@ from rich.markup import escape
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, JsonOpt, QuietOpt
+from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt, QuietOpt
 
 REPLAY_EXAMPLES = """
 \b
 Examples:
   ikdata replay runs/minilm
-  ikdata replay runs/minilm --device cuda --definition dense_gemm_bf16_nt_n384_k384
-  ikdata replay pulled/ds --trust 5a1d2b9c...   (after reading that definition's reference)
-  ikdata replay runs/big --shard 1/4 --resume   (then: ikdata replay-combine OUT shard reports)
-  ikdata replay runs/big --ray local            (a local Ray cluster; --ray auto joins a running one)
+  ikdata replay runs/minilm --device cuda \\
+      --definition dense_gemm_bf16_nt_n384_k384
+  ikdata replay pulled/ds --trust 5a1d2b9c...  (once you read its reference)
+  ikdata replay runs/big --shard 1/4 --resume  (then: ikdata replay-combine)
+  ikdata replay runs/big --ray                 (a local Ray cluster)
+  ikdata replay runs/big --ray auto            (joins a running one)
   ikdata replay s3://bucket/big --ray auto --report big-replay.json
 """
 
 COMBINE_EXAMPLES = """
 \b
 Examples:
-  ikdata replay-combine runs/big/reports/replay.json runs/big/reports/replay-shard-*-of-4.json
+  ikdata replay-combine runs/big/reports/replay.json \\
+      runs/big/reports/replay-shard-*-of-4.json
 """
 
 
-@app.command("replay", epilog=REPLAY_EXAMPLES)
+def _is_ray_address(text: str) -> bool:
+    """What ``--ray`` takes as its value: local, auto, HOST:PORT or ray://HOST:PORT (else a dataset path)."""
+    return text in ("local", "auto") or (":" in text and not text.startswith(("/", ".")) and "://" not in text) \
+        or text.startswith("ray://")
+
+
+class _RayOptional(typer.core.TyperCommand):
+    """``--ray`` alone means a local cluster: ``--ray DIR`` (or ``--ray`` last) is ``--ray local DIR``."""
+
+    def parse_args(self, ctx, args):  # type: ignore[override]
+        fixed: list[str] = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                fixed += args[i:]
+                break
+            if arg == "--ray":
+                following = args[i + 1] if i + 1 < len(args) else None
+                if following is None or following.startswith("-") or not _is_ray_address(following):
+                    fixed.append("--ray=local")
+                    continue
+            fixed.append(arg)
+        return super().parse_args(ctx, fixed)
+
+
+@app.command("replay", epilog=REPLAY_EXAMPLES, cls=_RayOptional)
 def replay_command(
         path: DatasetOrUrlArg,
         device: Annotated[str, typer.Option(help="Where references run: cpu, cuda, cuda:N.")] = "cpu",
@@ -50,8 +77,10 @@ def replay_command(
             "--reuse/--no-reuse", help="Reuse verdicts of identical cases judged before.")] = True,
         definitions: DefinitionsOpt = None, quiet: QuietOpt = False,
         ray: Annotated[Optional[str], typer.Option(
-            "--ray", metavar="ADDRESS", help="Run the cases on Ray: 'local' starts a cluster here, 'auto' joins "
-            "a running one, or a cluster address. Needed to replay a URL (s3://, hf://) without pulling it.")] = None,
+            "--ray", metavar="[ADDRESS]", help="Run the cases on Ray: alone (or 'local') starts a cluster here, "
+            "'auto' joins a running one, HOST:PORT a given one. Needed to replay a URL (s3://, hf://) without "
+            "pulling it.")] = None,
+        endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
         pipeline: Annotated[Optional[str], typer.Option(
             "--pipeline", metavar="FILE.py:FUNCTION", help="Diffusion: the reference pipeline's builder (your code, "
             "run because you name it); decodes the final latents for the decode check.")] = None,
@@ -87,9 +116,13 @@ def replay_command(
     trust = list(check_digests(trust))  # a short or mistyped digest would trust nothing, silently
     o = out.Output(json=json_, quiet=quiet)
     if not is_url(path):
+        from ikdata.core.dataset import require_dataset
         from ikdata.core.locking import refuse_remote
 
         refuse_remote(path)  # a replay writes its report and the manifest into the folder
+        require_dataset(path)  # and never into a folder that holds no dataset
+    else:
+        _endpoint_environment(path, endpoint_url, profile)
     cluster = None
     if ray is not None:
         from ikdata.replay.distributed import replay_on_ray
@@ -143,15 +176,43 @@ def replay_combine(
 
     Exit 0 when every case in the combined report passed, 1 otherwise.
     """
+    from ikdata.core.errors import UsageError
     from ikdata.replay import report as report_mod
     from ikdata.replay.summary import summarize
 
+    if output.is_file() and _is_shard_report(output):
+        raise UsageError(f"{output} is a shard report, so it cannot be OUTPUT (it would be overwritten): "
+                         "name the combined report first: ikdata replay-combine OUTPUT SHARD_REPORT...")
     combined = report_mod.combine([report_mod.load(p) for p in reports], names=[str(p) for p in reports])
     report_mod.write(output, combined)
     summary = summarize(combined, report_path=output)
     o = out.Output(json=json_, quiet=quiet)
     o.result(summary, lambda: _print_summary(summary))
     o.exit(code=summary["exit_code"])
+
+
+def _is_shard_report(path: Path) -> bool:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and bool(found.get("shard")) and isinstance(found.get("cases"), list)
+
+
+def _endpoint_environment(url: str, endpoint_url: Optional[str], profile: Optional[str]) -> None:
+    """--endpoint-url and --profile for a replay on Ray: through the environment its workers inherit."""
+    import os
+
+    from ikdata.remote.url import parse_url
+
+    protocol = parse_url(url).protocol
+    if endpoint_url:
+        os.environ["HF_ENDPOINT" if protocol == "hf" else "AWS_ENDPOINT_URL"] = endpoint_url
+    if profile:
+        os.environ["AWS_PROFILE"] = profile
 
 
 def _diffusion_settings(pipeline: Optional[str], clips: Optional[list[str]], attention: str, floor_attention: str,
