@@ -84,11 +84,11 @@ class _Uses:
     def add(self, where: str, line: int | None, pointer: str, ref: TensorRef, dtype: str | None,
             shape: tuple[int, ...] | None, context: str) -> None:
         self._records.append(self._sites.id((where, pointer, dtype, None if shape is None else tuple(shape), context)),
-                             -1 if line is None else line, self._refs.id(ref))
+                             -1 if line is None else line, self._refs.id((ref.path, ref.tensor_key)))
 
     def paths(self) -> list[str]:
         """Each blob path used, once, in the order first used."""
-        return list(dict.fromkeys(ref.path for ref in self._refs.values))
+        return list(dict.fromkeys(path for path, _ in self._refs.values))
 
     def __len__(self) -> int:
         return len(self._records)
@@ -96,8 +96,14 @@ class _Uses:
     def raw(self) -> Iterator[tuple[tuple, int | None, TensorRef]]:
         """(site, line, ref) of every use, in order; a site is (where, pointer, dtype, shape, context)."""
         sites, refs = self._sites.values, self._refs.values
+        made: dict[int, TensorRef] = {}  # one TensorRef per blob ref in flight, not kept
         for site, line, ref in self._records:
-            yield sites[site], None if line < 0 else line, refs[ref]
+            found = made.get(ref)
+            if found is None:
+                if len(made) > 4096:
+                    made.clear()
+                found = made[ref] = TensorRef(*refs[ref])
+            yield sites[site], None if line < 0 else line, found
 
     def __iter__(self) -> Iterator[_Use]:
         for (where, pointer, dtype, shape, context), line, ref in self.raw():
