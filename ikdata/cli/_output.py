@@ -22,7 +22,6 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence
 
-import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -109,6 +108,8 @@ class Output:
 
     def exit(self, found: Any = (), *, code: int | None = None) -> NoReturn:
         """End the command: ``code`` if given, else 1 when ``found`` (problems, or a truth value) is non-empty."""
+        import typer  # here, not at the top: ikdata show's fast path (cli/_read.py) never loads typer
+
         raise typer.Exit(code if code is not None else (1 if found else 0))
 
 
