@@ -279,21 +279,10 @@ def read_index(root: Path, rel: str) -> list[PackedBlob]:
     """
     path = root / rel
     try:
-        document = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise PackError(f"{rel}: not a pack index: malformed JSON ({exc}); run 'ikdata repair' to rebuild it "
-                        "from its pack", path=rel) from exc
+        data = path.read_bytes()
     except OSError as exc:
         raise PackError(f"{rel}: cannot read: {exc.strerror or exc}", path=rel) from exc
-    if not schema.is_valid("pack-index", document):
-        found = schema.check("pack-index", document, path=rel)
-        detail = "; ".join(f"{p.pointer or '/'} {p.message}" for p in found[:3])
-        raise PackError(f"{rel}: not a pack index: {detail}; run 'ikdata repair' to rebuild it from its pack",
-                        path=rel)
-    stem = os.path.basename(rel)[:-len(INDEX_SUFFIX)]
-    if document["pack"] != stem + PACK_SUFFIX:
-        raise PackError(f"{rel}: names pack {document['pack']}, but an index is named after its pack "
-                        f"({stem}{PACK_SUFFIX}); run 'ikdata repair'", path=rel)
+    document = parse_index(data, rel)
     pack = f"{PACK_DIR}/{document['pack']}"
     if os.path.islink(root / pack):
         raise PackError(f"{rel}: its pack {pack} is a link; packs are read only as regular files inside the dataset",
@@ -301,9 +290,37 @@ def read_index(root: Path, rel: str) -> list[PackedBlob]:
     if not (root / pack).is_file():
         raise PackError(f"{rel}: its pack {pack} is missing: the {len(document['tensors'])} tensor(s) it lists are "
                         "lost unless stored loose; restore the pack from where the dataset came from", path=rel)
+    return index_blobs(document, rel)
+
+
+def parse_index(data: bytes, rel: str, *, repair: str = "run 'ikdata repair' to rebuild it from its pack") -> dict:
+    """An index document from its bytes, checked: JSON, its schema, named after the pack it names,
+    dtypes ikdata stores (a remote's index goes through the same check; ``repair`` is the advice).
+
+    Raises:
+        PackError: naming ``rel`` and what is wrong.
+    """
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise PackError(f"{rel}: not a pack index: malformed JSON ({exc}); {repair}", path=rel) from exc
+    if not schema.is_valid("pack-index", document):
+        found = schema.check("pack-index", document, path=rel)
+        detail = "; ".join(f"{p.pointer or '/'} {p.message}" for p in found[:3])
+        raise PackError(f"{rel}: not a pack index: {detail}; {repair}", path=rel)
+    stem = os.path.basename(rel)[:-len(INDEX_SUFFIX)]
+    if document["pack"] != stem + PACK_SUFFIX:
+        raise PackError(f"{rel}: names pack {document['pack']}, but an index is named after its pack "
+                        f"({stem}{PACK_SUFFIX}); {repair}", path=rel)
     for digest, t in document["tensors"].items():
         if t["dtype"] not in DTYPES:
             raise PackError(f"{rel}: tensor {digest} has dtype {t['dtype']}, which ikdata does not store", path=rel)
+    return document
+
+
+def index_blobs(document: dict, rel: str) -> list[PackedBlob]:
+    """The tensors a checked index document (:func:`parse_index`) lists, as :class:`PackedBlob`."""
+    pack = f"{PACK_DIR}/{document['pack']}"
     shapes: dict[tuple, tuple] = {}  # one tuple per distinct shape, one string per dtype: a million entries stay small
     return [PackedBlob(d, pack, rel, sys.intern(t["dtype"]), shapes.setdefault(tuple(t["shape"]), tuple(t["shape"])),
                        t["offset"], t["length"]) for d, t in document["tensors"].items()]
@@ -693,5 +710,6 @@ def check_packed_uses(root: str | os.PathLike, files: dict[str, Any], entries: d
 
 __all__ = ["DEFAULT_PACK_BYTES", "DEFAULT_THRESHOLD", "INDEX_FORMAT", "PACK_DIR", "PackCheck", "PackError",
            "PackItem", "PackSet", "PackVerifier", "PackedBlob", "cached_packs", "check_pack", "check_packed_uses",
-           "check_packs", "encode_pack", "has_packs", "index_from_pack", "index_name", "iter_packed", "load_packs",
+           "check_packs", "encode_pack", "has_packs", "index_blobs", "index_from_pack", "index_name", "iter_packed",
+           "load_packs", "parse_index",
            "pack_name", "pack_name_problem", "read_index", "read_loose", "read_packed"]

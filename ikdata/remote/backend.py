@@ -4,9 +4,16 @@ Remote layout (the same on every backend)::
 
     PREFIX/ikdata.json                           the manifest: the commit marker, written last, conditionally
     PREFIX/blob/sha256/<d[:2]>/<digest>.safetensors   blobs, named by their tensor digest (immutable)
+    PREFIX/blob/packs/<p>.safetensors            packs: many small blobs in one object, named by the sha256 of
+                                                 its bytes (immutable; :mod:`ikdata.core.packs`)
+    PREFIX/blob/packs/<p>.index.json             its index, written after the pack: what publishes it
     PREFIX/files/sha256/<s[:2]>/<sha256>         definition, row, receipt and report files, named by the
                                                  sha256 of their bytes (immutable); the manifest's
                                                  ``files`` map gives each its dataset path
+    PREFIX/.ikdata-remote                        the marker: local commands refuse to write here
+
+A blob may be loose, packed, or both; readers look a digest up in the packs' indexes when its loose
+object is absent (docs/sharing.md, "Remote layout", says which ikdata reads which layout).
 
 Every object except the manifest is named by its content, so two pushers can
 never overwrite each other's objects; only the manifest is contested, and each
@@ -67,12 +74,23 @@ LocalBytes = Union[Path, bytes, Callable[[], bytes]]  # a local file, the bytes,
 class Relied:
     """A remote object push relies on instead of sending: its remote path and the local bytes it must hold.
 
-    ``blob`` objects are named by their tensor digest, the others (small files) by the sha256 of their bytes.
+    ``blob`` objects are named by their tensor digest, the others (small files, packs) by the sha256 of
+    their bytes: ``sha256`` (hex) when the name alone does not say it (a pack's name has a suffix). ``md5``
+    and ``git_blob_id``, when known from the checksum cache, spare reading local bytes for an S3 ETag or a
+    Hub blob id comparison; ``local`` may then be None (a pack push built and did not keep).
     """
 
     rel: str
-    local: LocalBytes
+    local: LocalBytes | None
     blob: bool = True
+    sha256: str | None = None
+    md5: str | None = None
+    git_blob_id: str | None = None
+
+    @property
+    def content_sha256(self) -> str:
+        """The sha256 (hex) the object's bytes must have (not for blobs)."""
+        return self.sha256 or self.rel.rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -159,12 +177,32 @@ class Backend:
         raise NotImplementedError
 
     def list_objects(self, prefix: str) -> dict[str, int]:
-        """Every object under ``prefix`` as {path: size}, from one (paginated) listing."""
+        """Every object under ``prefix`` ("" for the whole remote) as {path: size}, from one (paginated) listing."""
         raise NotImplementedError
 
     def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
                progress: ProgressCallback | None = None) -> None:
         raise NotImplementedError
+
+    def upload_in_order(self, first: Sequence[Upload], then: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
+                        progress: ProgressCallback | None = None) -> None:
+        """Upload ``first``, then ``then`` (packs before the indexes that publish them). The Hub, whose
+        commits are atomic, sends both in the same commits instead."""
+        from ikdata.core.faults import checkpoint
+        from ikdata.remote.transfer import Progress
+
+        objects, nbytes = sum(u.blobs for u in [*first, *then]), sum(u.size for u in [*first, *then])
+
+        def shifted(objects_before: int, bytes_before: int) -> ProgressCallback | None:
+            if progress is None:
+                return None
+            return lambda p: progress(Progress(p.phase, objects_before + p.objects_done, objects,
+                                               bytes_before + p.bytes_done, nbytes))
+
+        self.upload(first, jobs=jobs, progress=shifted(0, 0))
+        checkpoint("packs-sent")
+        if then:
+            self.upload(then, jobs=jobs, progress=shifted(sum(u.blobs for u in first), sum(u.size for u in first)))
 
     def fetch(self, rel: str, dest: Path) -> None:
         """Download one object into the file ``dest`` (overwritten)."""
@@ -267,8 +305,8 @@ class FsspecBackend(Backend):
         return ManifestState(data, hashlib.sha256(data).hexdigest())
 
     def list_objects(self, prefix: str) -> dict[str, int]:
-        base = self._path(prefix.rstrip("/"))
-        with self._errors(f"list {prefix}"):
+        base = self._path(prefix.rstrip("/")) if prefix else self.root
+        with self._errors(f"list {prefix or 'the remote'}"):
             try:
                 found = self.fs.find(base, detail=True)
             except FileNotFoundError:
@@ -280,7 +318,7 @@ class FsspecBackend(Backend):
             if info.get("type", "file") != "file" or not name.startswith(strip):
                 continue
             rel = name[len(strip):]
-            if os.path.basename(rel).startswith(".tmp-"):
+            if os.path.basename(rel).startswith(".tmp-") or rel.startswith(".ikdata-publish"):
                 continue
             listed[rel] = int(info.get("size") or 0)
             if info.get("ETag"):
@@ -305,8 +343,11 @@ class FsspecBackend(Backend):
             check = RemoteCheck()
             with self._errors("check remote objects"):
                 for item in objects:
-                    check.note(item.rel, "compared",
-                               self.fs.cat_file(self._path(item.rel)) == b"".join(local_chunks(item.local)))
+                    held = self.fs.cat_file(self._path(item.rel))
+                    if item.local is None:  # named by the sha256 of its bytes, no local copy
+                        check.note(item.rel, "rehashed", hashlib.sha256(held).hexdigest() == item.content_sha256)
+                    else:
+                        check.note(item.rel, "compared", held == b"".join(local_chunks(item.local)))
             return check
         return super().check_remote(objects, jobs=jobs)
 
@@ -319,13 +360,13 @@ class FsspecBackend(Backend):
                     digest.update(chunk)
         except OSError:
             return False
-        return digest.hexdigest() == item.rel.rsplit("/", 1)[-1]
+        return digest.hexdigest() == item.content_sha256
 
     def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
                progress: ProgressCallback | None = None) -> None:
         with self._errors("upload"):
             run_parallel("upload", items, self._upload_one, size_of=lambda u: u.size, jobs=jobs,
-                         progress=progress)
+                         progress=progress, count_of=lambda u: u.blobs)
 
     def _upload_one(self, item: Upload) -> None:
         target = self._path(item.rel)

@@ -140,20 +140,25 @@ class HubBackend(Backend):
                progress: ProgressCallback | None = None) -> None:
         from huggingface_hub import CommitOperationAdd
 
-        total_bytes = sum(i.size for i in items)
+        total_bytes, total = sum(i.size for i in items), sum(i.blobs for i in items)
         done = done_bytes = 0
         if progress:
-            progress(Progress("upload", 0, len(items), 0, total_bytes))
+            progress(Progress("upload", 0, total, 0, total_bytes))
         for batch in _batches(items):
             operations = [CommitOperationAdd(self._path(i.rel), i.source if isinstance(i.source, bytes)
                                              else str(i.source)) for i in batch]
             with self._errors("upload"):
                 self.api.create_commit(self.repo_id, operations, commit_message=f"ikdata: {len(batch)} objects",
                                        repo_type=self.repo_type, revision=self.revision, num_threads=jobs)
-            done += len(batch)
+            done += sum(i.blobs for i in batch)
             done_bytes += sum(i.size for i in batch)
             if progress:
-                progress(Progress("upload", done, len(items), done_bytes, total_bytes))
+                progress(Progress("upload", done, total, done_bytes, total_bytes))
+
+    def upload_in_order(self, first: Sequence[Upload], then: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
+                        progress: ProgressCallback | None = None) -> None:
+        """One set of commits for both: a commit is atomic, and ``then`` follows ``first`` in commit order."""
+        self.upload(list(first) + list(then), jobs=jobs, progress=progress)
 
     def check_remote(self, objects: Sequence[Relied], *, jobs: int = DEFAULT_JOBS) -> RemoteCheck:
         """Compare each listed content id (LFS sha256, else git blob id) with the local bytes'; an object the
@@ -162,8 +167,11 @@ class HubBackend(Backend):
         for item in objects:
             blob_id, lfs_sha256 = self.content_ids.get(item.rel, (None, None))
             if lfs_sha256:
-                check.note(item.rel, "lfs-sha256", local_hash(item.local, hashlib.sha256()) == lfs_sha256)
-            elif blob_id:
+                mine = item.content_sha256 if not item.blob else local_hash(item.local, hashlib.sha256())
+                check.note(item.rel, "lfs-sha256", mine == lfs_sha256)
+            elif blob_id and item.git_blob_id:
+                check.note(item.rel, "git-blob-id", item.git_blob_id == blob_id)
+            elif blob_id and item.local is not None:
                 header = f"blob {local_size(item.local)}\0".encode()
                 check.note(item.rel, "git-blob-id",
                            local_hash(item.local, hashlib.sha1(header, usedforsecurity=False)) == blob_id)

@@ -28,6 +28,8 @@ from ikdata.core.manifest import dataset_id
 from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object
 from ikdata.remote.connect import open_backend
 from ikdata.remote.backend import parse_remote_manifest
+from ikdata.core.packs import PACK_DIR, cached_packs
+from ikdata.remote.packs import Landed, fetch_members, find_remote_packs
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, run_parallel
 from ikdata.remote.url import RemoteOptions
 from ikdata.core.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, make_temp, rehash_file, rehash_files
@@ -98,8 +100,11 @@ def read_remote(backend: Backend) -> tuple[dict[str, Any], bytes, str]:
     return manifest, state.data, dataset_id(manifest)
 
 
-def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, jobs: int = DEFAULT_JOBS) -> int:
+def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, jobs: int = DEFAULT_JOBS,
+                listed: dict[str, int] | None = None) -> int:
     """Download every file the manifest lists into ``target``, each checked against its sha256.
+
+    ``listed``: the remote's listing when the caller has it (else ``files/`` is listed).
 
     Raises:
         RemoteError: a file is missing on the remote, or its bytes do not match the manifest.
@@ -110,7 +115,8 @@ def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, job
         if dest.is_file() and _sha256(dest) == digest:
             continue
         todo.append((path, digest))
-    listed = backend.list_objects("files/") if todo else {}
+    if listed is None:
+        listed = backend.list_objects("files/") if todo else {}
     missing = [path for path, digest in todo if file_object(digest) not in listed]
     if missing:
         raise backend.fail(f"{len(missing)} file(s) the manifest lists are missing on the remote: "
@@ -145,10 +151,13 @@ def is_blob_path(rel: str) -> bool:
 
 
 def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path | None = None,
-                jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None) -> tuple[int, int, int]:
+                jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None,
+                listed: dict[str, int] | None = None) -> tuple[int, int, int]:
     """Bring every wanted blob into ``target``, verified; return (fetched, bytes, present).
 
     Blobs already in ``target`` (from an interrupted run) or in ``have`` (linked) are not downloaded.
+    Blobs in remote packs come from them (:mod:`ikdata.remote.packs`: the whole pack when most of it is
+    wanted, else byte ranges) and stay packed in ``target``; the others come as loose objects.
 
     Raises:
         RemoteError: blobs missing on the remote, or whose bytes do not match their digest;
@@ -158,8 +167,12 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
     if unsafe:
         raise backend.fail(f"rows name blob paths that are not content-addressed blobs: {_names(unsafe)}")
     present, todo, staged = 0, [], []
+    staged_packs = cached_packs(target) if (target / PACK_DIR).is_dir() else None
     for rel in sorted(wanted):
-        if os.path.lexists(target / rel):
+        if staged_packs is not None and not os.path.lexists(target / rel) \
+                and _packed_here(target, staged_packs.find(digest_from_path(rel))):
+            present += 1  # landed packed by an interrupted run, its slice verified again
+        elif os.path.lexists(target / rel):
             staged.append(rel)  # left by an interrupted run: rehashed below like any landing blob
         elif have is not None and (have / rel).is_file():
             link_or_copy(have / rel, target / rel)  # the local dataset's own blob
@@ -176,25 +189,53 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
             todo.append(rel)
     if not todo:
         return 0, 0, present
-    listed = backend.list_objects(BLOB_PREFIX)
-    missing = [rel for rel in todo if rel not in listed]
-    todo = [rel for rel in todo if rel in listed]
+    if listed is None:
+        listed = backend.list_objects(BLOB_PREFIX)
+    remote = find_remote_packs(backend, listed, local_root=have, jobs=jobs)
+    by_pack: dict[str, list[str]] = {}
+    for rel in todo:
+        pack = remote.members.get(digest_from_path(rel))
+        if pack is not None:
+            by_pack.setdefault(pack.digest, []).append(rel)
+    from_packs = {rel for rels in by_pack.values() for rel in rels}
+    missing = [rel for rel in todo if rel not in listed and rel not in from_packs]
+    todo = [rel for rel in todo if rel in listed and rel not in from_packs]
+    landed = Landed()
+    for digest, rels in sorted(by_pack.items()):  # each pack's members in one request or a few ranges
+        landed.merge(fetch_members(backend, remote.packs[digest], [digest_from_path(r) for r in rels], target,
+                                   jobs=jobs))
 
     def one(rel: str) -> str | None:
         return _fetch_verified(backend, rel, target / rel)
 
     failures = run_parallel("download", todo, one, size_of=lambda r: listed[r], jobs=jobs, progress=progress)
-    corrupted = [(rel, why) for rel, why in zip(todo, failures) if why]
+    corrupted = [(rel, why) for rel, why in zip(todo, failures) if why] + sorted(landed.refused.items())
     messages = []
     if missing:
-        messages.append(f"{len(missing)} blob(s) are missing on the remote: {_names(missing)}")
+        damaged = "".join(f"; {rel} {why}" for rel, why in sorted(remote.damaged.items()))
+        messages.append(f"{len(missing)} blob(s) are missing on the remote: {_names(missing)}"
+                        + (f" (damaged remote packs, not used{damaged})" if damaged else ""))
     if corrupted:
         messages.append(f"{len(corrupted)} blob(s) do not match their digest and were refused (nothing of them "
                         f"was kept): {_names([f'{rel} ({why})' for rel, why in corrupted])}")
     if messages:
         raise backend.fail("; ".join(messages) + f". Check the remote with 'ikdata validate {backend.url}'")
-    fetched = len(todo)
-    return fetched, sum(listed[r] for r in todo), present
+    fetched = len(todo) + len(from_packs)
+    return fetched, sum(listed[r] for r in todo) + landed.nbytes, present
+
+
+def _packed_here(root: Path, blob: Any) -> bool:
+    """Whether a packed copy in ``root`` (a staging folder) verifies."""
+    if blob is None:
+        return False
+    from ikdata.core.errors import StoreError
+    from ikdata.core.packs import read_packed
+
+    try:
+        read_packed(root, blob)
+    except StoreError:
+        return False
+    return True
 
 
 def _copy_packed(have: Path, rel: str, target: Path) -> bool:
@@ -246,9 +287,11 @@ def fetch_snapshot(backend: Backend, target: Path, *, have: Path | None = None, 
     """Assemble a verified copy of the remote dataset in ``target`` (which may hold an earlier partial copy)."""
     manifest, data, remote_id = read_remote(backend)
     target.mkdir(parents=True, exist_ok=True)
-    files = fetch_files(backend, manifest, target, jobs=jobs)
+    listed = backend.list_objects("")  # one listing of the whole remote: small files, blobs, packs
+    files = fetch_files(backend, manifest, target, jobs=jobs, listed=listed)
     wanted = referenced_blobs(target)
-    fetched, nbytes, present = fetch_blobs(backend, wanted, target, have=have, jobs=jobs, progress=progress)
+    fetched, nbytes, present = fetch_blobs(backend, wanted, target, have=have, jobs=jobs, progress=progress,
+                                           listed=listed)
     from ikdata.core.store import write_atomic
 
     write_atomic(target / manifest_mod.MANIFEST, [data])

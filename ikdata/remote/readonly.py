@@ -11,8 +11,12 @@ are represented as far as the command needs them:
   remote size, so header, dtype, shape and size checks are real (validate);
 - ``full``: the whole blob, as the remote serves it (validate --deep rehashes it).
 
-A blob the rows name but the remote lacks gets no placeholder, so validation
-reports it missing. The folder is removed when the context ends.
+A blob the remote keeps in a pack is represented the same way from the pack's index (its
+canonical loose header, the loose size); in ``full`` mode its bytes are fetched by range or
+with the whole pack and rehashed on arrival (:func:`ikdata.remote.packs.fetch_members`), so a
+damaged member is missing there and validation names it. A blob the rows name but the remote
+lacks gets no placeholder, so validation reports it missing. The folder is removed when the
+context ends.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from typing import Iterable, Iterator
 from ikdata.core.dataset import Dataset
 from ikdata.remote.backend import BLOB_PREFIX, Backend
 from ikdata.remote.connect import open_backend
+from ikdata.remote.packs import fetch_members, find_remote_packs, loose_placeholder
 from ikdata.remote.pull import fetch_files, is_blob_path, read_remote, referenced_blobs
 from ikdata.remote.transfer import DEFAULT_JOBS, run_parallel
 from ikdata.remote.url import RemoteOptions
-from ikdata.core.store import write_atomic
+from ikdata.core.store import blob_path, digest_from_path, write_atomic
 
 BLOB_MODES = ("none", "sizes", "headers", "full")
 _HEADER_READ = 4096
@@ -66,9 +71,29 @@ def open_url(url: str, *, options: RemoteOptions | None = None, blobs: str = "no
 
 def _materialise_blobs(backend: Backend, root: Path, mode: str, jobs: int) -> None:
     listed = backend.list_objects(BLOB_PREFIX)
+    remote = find_remote_packs(backend, listed, jobs=jobs)
     # Only content-addressed blob paths are materialised: a row naming anything else (absolute, '..')
     # gets no file, and validate reports it by the path rule.
-    wanted = sorted(rel for rel in referenced_blobs(root) if rel in listed and is_blob_path(rel))
+    referenced = {rel for rel in referenced_blobs(root) if is_blob_path(rel)}
+    packed: dict[str, list[str]] = {}
+    for rel in sorted(referenced - set(listed)):
+        pack = remote.members.get(digest_from_path(rel))
+        if pack is not None:
+            packed.setdefault(pack.digest, []).append(digest_from_path(rel))
+    for digest, members in packed.items():
+        if mode == "full":
+            fetch_members(backend, remote.packs[digest], members, root, packed=False, jobs=jobs)
+            continue
+        by_digest = {m.digest: m for m in remote.packs[digest].members}
+        for member in members:
+            blob = by_digest[member]
+            head = loose_placeholder(blob) if mode == "headers" else b""
+            dest = root / blob_path(member)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as stream:
+                stream.write(head)
+                stream.truncate(blob.loose_size)
+    wanted = sorted(rel for rel in referenced if rel in listed)
 
     def one(rel: str) -> None:
         dest = root / rel

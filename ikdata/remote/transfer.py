@@ -34,18 +34,20 @@ ProgressCallback = Callable[[Progress], None]
 
 @dataclass(frozen=True)
 class Upload:
-    """One object to send: ``source`` is a local file or the bytes themselves; ``rel`` its remote path."""
+    """One object to send: ``source`` is a local file or the bytes themselves; ``rel`` its remote path;
+    ``blobs``: how many blobs it carries, as progress counts them (a pack: its members)."""
 
     rel: str
     source: Path | bytes
     size: int
+    blobs: int = 1
 
 
 class _Meter(Generic[T]):
     def __init__(self, phase: str, items: Sequence[T], size_of: Callable[[T], int],
-                 callback: ProgressCallback | None) -> None:
+                 callback: ProgressCallback | None, count_of: Callable[[T], int]) -> None:
         self.phase, self.callback = phase, callback
-        self.objects_total = len(items)
+        self.objects_total = sum(count_of(i) for i in items)
         self.bytes_total = sum(size_of(i) for i in items)
         self.objects_done = self.bytes_done = 0
         self._lock = threading.Lock()
@@ -61,20 +63,23 @@ class _Meter(Generic[T]):
 
 
 def run_parallel(phase: str, items: Sequence[T], work: Callable[[T], R], *, size_of: Callable[[T], int],
-                 jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None) -> list[R]:
-    """Run ``work`` on every item on ``jobs`` threads; return results in input order.
+                 jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None,
+                 count_of: Callable[[T], int] | None = None) -> list[R]:
+    """Run ``work`` on every item on ``jobs`` threads; return results in input order. Progress counts
+    ``count_of(item)`` objects per item (default 1).
 
     The first exception stops the submission of further items and is raised once
     the running ones have finished.
     """
-    meter = _Meter(phase, items, size_of, progress)
+    count_of = count_of or (lambda item: 1)
+    meter = _Meter(phase, items, size_of, progress, count_of)
     meter.report()
     if not items:
         return []
 
     def one(item: T) -> R:
         result = work(item)
-        meter.report(size_of(item), 1)
+        meter.report(size_of(item), count_of(item))
         return result
 
     if jobs <= 1 or len(items) == 1:

@@ -73,7 +73,7 @@ def test_validate_url_catches_a_corrupted_blob_with_deep(tmp_path, make_dataset)
 
     root = make_dataset("src")
     url = str(tmp_path / "remote")
-    _run("push", str(root), url)
+    _run("push", str(root), url, "--no-pack")  # a loose object to tamper with
     victim = first_blob(root)
     tamper(f"file://{url}", victim, flip_last_byte(root / victim))
     assert _run("validate", f"file://{url}").exit_code == 0  # header and size are intact

@@ -61,7 +61,7 @@ def test_second_push_sends_nothing_and_new_rows_send_only_new_blobs(remote_url, 
 
 def test_corrupted_remote_blob_is_refused_named_and_not_kept(remote_url, make_dataset, tmp_path, request):
     root = make_dataset("src")
-    push(root, remote_url)
+    push(root, remote_url, pack=False)  # loose objects (packed ones: tests/remote_packs)
     victim = first_blob(root)
     tamper(remote_url, victim, flip_last_byte(root / victim), hub=_hub(request, remote_url))
 
@@ -77,7 +77,7 @@ def test_corrupted_remote_blob_is_refused_named_and_not_kept(remote_url, make_da
 
 def test_deleted_remote_blob_is_reported_missing(remote_url, make_dataset, tmp_path, request):
     root = make_dataset("src")
-    push(root, remote_url)
+    push(root, remote_url, pack=False)  # loose objects (packed ones: tests/remote_packs)
     victim = first_blob(root)
     tamper(remote_url, victim, None, hub=_hub(request, remote_url))
 

@@ -99,7 +99,7 @@ def test_killed_push_leaves_old_manifest_or_none_and_rerun_completes(backend, re
 def test_interrupted_clone_resumes_and_fetches_only_the_rest(tmp_path, make_dataset, monkeypatch):
     url = str(tmp_path / "remote")
     root = make_dataset("src", rows=4)
-    push(root, url)
+    push(root, url, pack=False)  # one fetch per blob, to interrupt
     original, calls = FsspecBackend.fetch, []
 
     def flaky(self, rel, dest):

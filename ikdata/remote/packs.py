@@ -1,0 +1,415 @@
+"""Packs on remotes: which packs a remote holds, what is in them, and fetching their members verified.
+
+A remote keeps packs where a dataset does (``blob/packs/<pack-digest>.safetensors`` and its
+``.index.json``, see :mod:`ikdata.core.packs`); the index, written after its pack, publishes it.
+What a remote pack holds is read from its index: the local dataset's own copy of that index (a pack
+is named by the sha256 of its bytes, so the same name is the same pack), else the per-user cache
+of remote indexes, else one GET (then cached). An index is untrusted input like every remote
+object: it is checked against its schema and the pack's listed size, and every member fetched
+through it is rehashed against its digest before it lands, so a lying index costs a refusal,
+never a wrong tensor.
+
+Members are fetched as the whole pack (one request) when at least half of its bytes are wanted,
+else as byte ranges (S3 ranged GET, the Hub's ``Range``, fsspec ``cat_file(start, end)``), members
+closer than :data:`RANGE_GAP` joined into one range. Fetched members land packed (the whole pack
+with its index, or a new local pack of the ranges), or loose where the caller wants files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+
+from ikdata.core.digest import tensor_digest
+from ikdata.core.packs import (INDEX_SUFFIX, PACK_DIR, PACK_SUFFIX, PackedBlob, PackError, PackItem, index_blobs, index_from_pack,
+                               parse_index)
+from ikdata.core.safetensors_format import encode_header
+from ikdata.core.store import blob_path, make_temp, write_atomic
+from ikdata.remote.backend import Backend
+from ikdata.remote.transfer import DEFAULT_JOBS, run_parallel
+
+PACKS_PREFIX = PACK_DIR + "/"
+RANGE_GAP = 1 << 20  # members closer than this are read in one range: a few extra bytes cost less than a request
+RANGE_MAX = 64 << 20  # the most bytes one range request asks for
+WHOLE_FRACTION = 0.5  # at least this share of a pack's bytes wanted: fetch the whole pack
+
+
+def cache_dir() -> Path:
+    """Where per-user remote caches live: ``$IKDATA_CACHE_DIR``, else ``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``
+    (the folder of replay's reuse cache)."""
+    folder = os.environ.get("IKDATA_CACHE_DIR")
+    if not folder:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = os.path.join(base, "ikdata")
+    return Path(folder)
+
+
+class IndexCache:
+    """Remote pack indexes seen before, by pack digest (a pack's name is the sha256 of its bytes, so an
+    index read once describes that pack wherever it is). Only a cache: unreadable entries are ignored."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = (folder or cache_dir()) / "pack-indexes"
+
+    def get(self, rel: str) -> dict | None:
+        try:
+            return parse_index((self.folder / os.path.basename(rel)).read_bytes(), rel)
+        except (OSError, PackError):
+            return None
+
+    def put(self, rel: str, data: bytes) -> None:
+        try:
+            write_atomic(self.folder / os.path.basename(rel), [data])
+        except Exception:  # an unwritable cache only costs a request next time
+            pass
+
+
+class ChecksumCache:
+    """Transport checksums of objects named by the sha256 of their bytes (packs): the MD5 (S3's ETag of a
+    one-PUT object) and the git blob id (the Hub's id of a regular file). Facts about the bytes, so a
+    listing can be checked against them without reading a local copy (push does not keep the packs it
+    builds)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.path = (folder or cache_dir()) / "object-checksums.jsonl"
+        self.known: dict[str, tuple[str, str]] = {}
+        self._new: list[tuple[str, str, str]] = []
+        try:
+            for line in self.path.read_bytes().splitlines():
+                try:
+                    sha256, md5, git = orjson.loads(line)
+                except (orjson.JSONDecodeError, ValueError, TypeError):
+                    continue
+                if isinstance(sha256, str) and isinstance(md5, str) and isinstance(git, str):
+                    self.known[sha256] = (md5, git)
+        except OSError:
+            pass
+
+    def md5(self, sha256: str) -> str | None:
+        return self.known.get(sha256, (None, None))[0]
+
+    def git_blob_id(self, sha256: str) -> str | None:
+        return self.known.get(sha256, (None, None))[1]
+
+    def note(self, sha256: str, md5: str, git: str) -> None:
+        if self.known.get(sha256) != (md5, git):
+            self.known[sha256] = (md5, git)
+            self._new.append((sha256, md5, git))
+
+    def flush(self) -> None:
+        new, self._new = self._new, []
+        if not new:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock, open(self.path, "ab") as stream:
+                stream.write(b"".join(orjson.dumps(list(pair)) + b"\n" for pair in new))
+        except OSError:
+            pass
+
+
+def hashes_of(path: Path) -> tuple[str, str, str]:
+    """(sha256, md5, git blob id) of a file's bytes, one read: the sha256 checks a content-named object, the
+    others are what S3 and the Hub list for it (:class:`ChecksumCache`)."""
+    sha256, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+    git = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode(), usedforsecurity=False)
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            sha256.update(chunk)
+            md5.update(chunk)
+            git.update(chunk)
+    return sha256.hexdigest(), md5.hexdigest(), git.hexdigest()
+
+
+@dataclass(frozen=True)
+class RemotePack:
+    """A published pack on a remote: its digest, object paths, listed size and members (offsets absolute)."""
+
+    digest: str
+    pack: str
+    index: str
+    size: int
+    members: tuple[PackedBlob, ...]
+    index_data: bytes
+
+
+@dataclass
+class RemotePacks:
+    """The packs a remote listing shows: the sound ones, the members they hold, and the damaged ones (why)."""
+
+    packs: dict[str, RemotePack] = field(default_factory=dict)
+    members: dict[str, RemotePack] = field(default_factory=dict)  # tensor digest -> the first pack holding it
+    damaged: dict[str, str] = field(default_factory=dict)  # pack or index path -> why it cannot be used
+
+    def drop(self, digest: str, why: str) -> None:
+        """Stop relying on a pack (a check found its bytes wrong)."""
+        pack = self.packs.pop(digest, None)
+        if pack is None:
+            return
+        self.damaged[pack.pack] = why
+        self.members = {d: p for d, p in self.members.items() if p.digest != digest}
+        for member in pack.members:
+            if member.digest not in self.members:
+                for other in self.packs.values():
+                    if any(m.digest == member.digest for m in other.members):
+                        self.members[member.digest] = other
+                        break
+
+
+def find_remote_packs(backend: Backend, listed: dict[str, int], *, local_root: Path | None = None,
+                      cache: IndexCache | None = None, jobs: int = DEFAULT_JOBS) -> RemotePacks:
+    """The packs a listing (``{path: size}`` of the remote) shows, each index read from the local dataset's copy,
+    the cache or the remote, checked against its schema and against the listed size of its pack."""
+    cache = cache or IndexCache()
+    found = RemotePacks()
+    indexes = sorted(rel for rel in listed if rel.startswith(PACKS_PREFIX) and rel.endswith(INDEX_SUFFIX)
+                     and "/" not in rel[len(PACKS_PREFIX):])
+    documents: dict[str, tuple[dict, bytes] | str] = {}
+    fetch = []
+    for rel in indexes:
+        local = local_root / rel if local_root is not None else None
+        if local is not None and local.is_file() and not local.is_symlink():
+            try:
+                data = local.read_bytes()
+                documents[rel] = (parse_index(data, rel), data)
+                continue
+            except (OSError, PackError):
+                pass
+        document = cache.get(rel)
+        if document is not None:
+            documents[rel] = (document, orjson.dumps(document) + b"\n")
+            continue
+        fetch.append(rel)
+
+    def read(rel: str) -> tuple[dict, bytes] | str:
+        try:
+            data = backend.read(rel)
+            document = parse_index(data, rel, repair="push the dataset again from a complete copy")
+        except PackError as exc:
+            return str(exc).split(": ", 1)[-1]
+        except Exception as exc:  # a remote error reading it: the pack is not relied on
+            return str(exc)
+        cache.put(rel, data)
+        return document, data
+
+    for rel, got in zip(fetch, run_parallel("download", fetch, read, size_of=lambda _: 0, jobs=jobs)):
+        documents[rel] = got
+    for rel in indexes:
+        got = documents[rel]
+        stem = os.path.basename(rel)[:-len(INDEX_SUFFIX)]
+        pack = f"{PACK_DIR}/{stem}{PACK_SUFFIX}"
+        if isinstance(got, str):
+            found.damaged[rel] = got
+            continue
+        document, data = got
+        if pack not in listed:
+            found.damaged[rel] = f"its pack {pack} is missing on the remote"
+            continue
+        if listed[pack] != document["bytes"]:
+            found.damaged[pack] = (f"is {listed[pack]} bytes on the remote, but its index says {document['bytes']}: "
+                                   "truncated or replaced")
+            continue
+        members = tuple(index_blobs(document, rel))
+        remote = RemotePack(stem, pack, rel, listed[pack], members, data)
+        found.packs[stem] = remote
+        for member in members:
+            found.members.setdefault(member.digest, remote)
+    return found
+
+
+@dataclass
+class Landed:
+    """What fetching members of remote packs did: digests landed (with their loose size), bytes fetched,
+    requests made, and the wanted members refused (blob path -> why)."""
+
+    landed: dict[str, int] = field(default_factory=dict)
+    nbytes: int = 0
+    requests: int = 0
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def merge(self, other: "Landed") -> "Landed":
+        self.landed.update(other.landed)
+        self.nbytes += other.nbytes
+        self.requests += other.requests
+        self.refused.update(other.refused)
+        return self
+
+
+def plan_ranges(members: Iterable[PackedBlob], *, gap: int = RANGE_GAP, most: int = RANGE_MAX) -> list[list[PackedBlob]]:
+    """Members grouped into byte ranges to read: in offset order, a member joins the previous range when the
+    gap between them is at most ``gap`` and the range stays within ``most`` bytes."""
+    groups: list[list[PackedBlob]] = []
+    for member in sorted(members, key=lambda m: m.offset):
+        if groups:
+            last = groups[-1]
+            start, end = last[0].offset, last[-1].offset + last[-1].length
+            if member.offset - end <= gap and member.offset + member.length - start <= most:
+                last.append(member)
+                continue
+        groups.append([member])
+    return groups
+
+
+def fetch_members(backend: Backend, remote: RemotePack, wanted: Iterable[str], target: Path, *, packed: bool = True,
+                  jobs: int = DEFAULT_JOBS) -> Landed:
+    """Bring the ``wanted`` members of one remote pack into the dataset folder ``target``, each rehashed
+    against its digest first.
+
+    ``packed``: keep them in packs (the whole pack with the index its own header gives, or a new local
+    pack of the members read by range); else write each as its canonical loose blob.
+    """
+    by_digest = {m.digest: m for m in remote.members}
+    members = [by_digest[d] for d in dict.fromkeys(wanted) if d in by_digest]
+    if not members:
+        return Landed()
+    if sum(m.length for m in members) >= WHOLE_FRACTION * remote.size:
+        return _fetch_whole(backend, remote, members, target, packed)
+    groups = plan_ranges(members)
+
+    def one(group: list[PackedBlob]) -> tuple[list[PackItem], dict[str, str], int]:
+        start, end = group[0].offset, group[-1].offset + group[-1].length
+        data = backend.read(remote.pack, start=start, end=end)
+        view = memoryview(data)
+        good, bad = [], {}
+        for member in group:
+            piece = view[member.offset - start:member.offset - start + member.length]
+            if len(piece) != member.length:
+                bad[blob_path(member.digest)] = (f"in {remote.pack}: the remote pack ends before its bytes "
+                                                 f"{member.offset}..{member.offset + member.length} (truncated)")
+                continue
+            found = tensor_digest(member.dtype, member.shape, piece)
+            if found != member.digest:
+                bad[blob_path(member.digest)] = f"in {remote.pack}: its bytes hash to {found}"
+                continue
+            good.append(PackItem(member.digest, member.dtype, member.shape, bytes(piece)))
+        return good, bad, len(data)
+
+    result = Landed()
+    items: list[PackItem] = []
+    for good, bad, nbytes in run_parallel("download", groups, one, size_of=lambda g: 0, jobs=jobs):
+        items += good
+        result.refused.update(bad)
+        result.nbytes += nbytes
+        result.requests += 1
+    _land(target, items, packed)
+    result.landed.update({i.digest: by_digest[i.digest].loose_size for i in items})
+    return result
+
+
+def _fetch_whole(backend: Backend, remote: RemotePack, members: list[PackedBlob], target: Path,
+                 packed: bool) -> Landed:
+    """The whole pack in one request: kept as a pack when its bytes hash to its name and every member it
+    holds verifies (its index rebuilt from its own header), else only the verified wanted members, loose."""
+    folder = target / PACK_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = make_temp(folder)
+    os.close(fd)
+    result = Landed(requests=1)
+    try:
+        backend.fetch(remote.pack, Path(tmp))
+        result.nbytes = os.path.getsize(tmp)
+        sha256 = hashes_of(Path(tmp))[0]
+        try:
+            own = index_blobs(index_from_pack(tmp), remote.index)
+        except PackError as exc:
+            why = str(exc).split(": ", 1)[-1]
+            result.refused.update({blob_path(m.digest): f"in {remote.pack}: {why}" for m in members})
+            return result
+        held = {m.digest: m for m in own}
+        bad = {}
+        with open(tmp, "rb") as stream:
+            data = stream.read()
+        view = memoryview(data)
+        for member in own:
+            found = tensor_digest(member.dtype, member.shape, view[member.offset:member.offset + member.length])
+            if found != member.digest:
+                bad[member.digest] = f"in {remote.pack}: its bytes hash to {found}"
+        for member in members:
+            if member.digest not in held:
+                bad[member.digest] = f"in {remote.pack}: the pack does not hold it, although its index says so"
+            elif (held[member.digest].offset, held[member.digest].length) != (member.offset, member.length):
+                pass  # the index was wrong about where; the pack's own header is what counts, and it verified
+        result.refused.update({blob_path(d): why for d, why in bad.items() if d in {m.digest for m in members}})
+        if packed and not bad and sha256 == remote.digest:
+            with open(tmp, "rb+") as stream:
+                os.fsync(stream.fileno())
+            os.replace(tmp, target / remote.pack)
+            tmp = ""
+            document = index_from_pack(target / remote.pack)
+            write_atomic(target / remote.index, [orjson.dumps(document) + b"\n"])
+            result.landed.update({m.digest: m.loose_size for m in own})
+            return result
+        items = [PackItem(m.digest, m.dtype, m.shape, bytes(view[held[m.digest].offset:
+                                                                 held[m.digest].offset + held[m.digest].length]))
+                 for m in members if m.digest in held and m.digest not in bad]
+        view.release()
+        _land(target, items, packed=False)
+        result.landed.update({i.digest: held[i.digest].loose_size for i in items})
+        return result
+    finally:
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _land(target: Path, items: list[PackItem], packed: bool) -> None:
+    """Write verified members into ``target``: one new pack (then its index), or each as its loose blob."""
+    if not items:
+        return
+    if packed:
+        from ikdata.core.pack_writer import write_pack
+
+        write_pack(target, items)
+        return
+    for item in items:
+        write_atomic(target / blob_path(item.digest), [encode_header(item.dtype, item.shape, len(item.data)),
+                                                       item.data])
+
+
+def build_packs(items: list[PackItem], *,
+                pack_bytes: int) -> tuple[tempfile.TemporaryDirectory, list[tuple[str, str]], list[int]]:
+    """Packs of ``items`` (verified tensors) in a temporary dataset folder, about ``pack_bytes`` each; returns the
+    folder (remove it when sent), each pack's (pack path, index path), relative to it, and its member count."""
+    from ikdata.core.pack_writer import write_pack
+
+    holder = tempfile.TemporaryDirectory(prefix="ikdata-push-packs-")
+    root = Path(holder.name)
+    written, counts, batch, size = [], [], [], 0
+    for item in sorted(items, key=lambda i: i.digest):
+        batch.append(item)
+        size += len(item.data)
+        if size >= pack_bytes:
+            written.append(write_pack(root, batch))
+            counts.append(len(batch))
+            batch, size = [], 0
+    if batch:
+        written.append(write_pack(root, batch))
+        counts.append(len(batch))
+    return holder, written, counts
+
+
+def pack_digest(rel: str) -> str:
+    """The digest a pack or index path is named by."""
+    name = os.path.basename(rel)
+    return name[:-len(INDEX_SUFFIX)] if name.endswith(INDEX_SUFFIX) else name[:-len(PACK_SUFFIX)]
+
+
+def loose_placeholder(member: PackedBlob) -> bytes:
+    """The canonical header of a packed member's loose blob (the read-only views' ``headers`` mode)."""
+    return encode_header(member.dtype, member.shape, member.length)
+
+
+__all__ = ["ChecksumCache", "IndexCache", "Landed", "PACKS_PREFIX", "RANGE_GAP", "RemotePack", "RemotePacks",
+           "build_packs", "cache_dir", "fetch_members", "find_remote_packs", "hashes_of", "loose_placeholder",
+           "pack_digest", "plan_ranges"]
