@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 
@@ -24,9 +25,41 @@ def tensor_digest(dtype: str, shape: tuple[int, ...] | list[int], data: Any) -> 
     return h.hexdigest()
 
 
+NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}  # the tagged strings, as ``float:<name>``
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float as the tagged string ``"float:inf"``, ``"float:-inf"`` or
+    ``"float:nan"``: the one encoding JSON records hold them in (JSON has no such numbers; a writer that made
+    them ``null`` would disagree with a digest taken over the float)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "float:nan" if value != value else ("float:inf" if value > 0 else "float:-inf")
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def from_finite_json(value: Any) -> Any:
+    """The inverse of :func:`finite_json`: the tagged strings back to floats."""
+    if isinstance(value, str) and value.startswith("float:") and value[6:] in NONFINITE:
+        return NONFINITE[value[6:]]
+    if isinstance(value, dict):
+        return {k: from_finite_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_finite_json(v) for v in value]
+    return value
+
+
 def canonical_json(record: Any) -> bytes:
-    """Canonical JSON bytes of a record: sorted keys, no spaces, UTF-8."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Canonical JSON bytes of a record: sorted keys, no spaces, UTF-8; a non-finite float is hashed as its
+    tagged string (:func:`finite_json`), so a record and its written form have one digest."""
+    try:
+        text = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(finite_json(record), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode()
 
 
 def record_digest(record: Any) -> str:

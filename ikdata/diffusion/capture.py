@@ -140,6 +140,8 @@ def _patch_class(cls: type) -> int:
     if cls in _PATCHED:
         return 0
     bases = {c.__name__ for c in cls.__mro__}  # ModularPipeline defines __call__ on the base itself
+    if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("set_timesteps")):
+        _wrap(cls, "set_timesteps", _set_timesteps_wrapper)  # the schedule's arguments (replay's schedule check)
     if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("step")):
         _wrap(cls, "step", _step_wrapper)
         return 1
@@ -196,6 +198,17 @@ def _step_wrapper(original: Callable) -> Callable:
     return step
 
 
+def _set_timesteps_wrapper(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def set_timesteps(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder = active()
+        if recorder is not None:
+            recorder.on_set_timesteps(original, self, args, kwargs)
+        return original(self, *args, **kwargs)
+
+    return set_timesteps
+
+
 def _patch_randn() -> None:
     """Note ``torch.randn`` draws made with a generator while a pipeline call is recorded."""
     global _RANDN_ORIGINAL
@@ -208,10 +221,9 @@ def _patch_randn() -> None:
     @functools.wraps(original)
     def randn(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
-        if kwargs.get("generator") is not None:
-            recorder = active()
-            if recorder is not None:
-                recorder.on_draw(kwargs["generator"], out)
+        recorder = active()
+        if recorder is not None and (kwargs.get("generator") is not None or recorder.in_step):
+            recorder.on_draw(kwargs.get("generator"), out)  # in a scheduler step: the noise it adds
         return out
 
     randn.__ikdata_original__ = original  # type: ignore[attr-defined]

@@ -88,19 +88,30 @@ def combinations(settings: dict[str, Any], batch_ratio: int) -> list[Combination
     return [Combination("cfg-x0", x0_form), Combination("cfg", plain)]
 
 
-def reference_schedule(scheduler_class: str, config: dict, steps: int, seq_len: int | None) -> Any:
-    """The reference scheduler, its timesteps set for ``steps`` as the pipeline sets them.
+def reference_schedule(scheduler_class: str, config: dict, steps: int, seq_len: int | None,
+                       arguments: dict | None = None) -> Any:
+    """The reference scheduler, its timesteps set for ``steps`` as the pipeline set them.
 
-    Flow-matching schedulers get ``sigmas = linspace(1, 1/N, N)`` and, with dynamic shifting, the
-    ``mu`` of the video latent's sequence length (LTX, LTX-2, Flux, SD3 pipelines); others
-    ``set_timesteps(N)``.
+    With the recorded ``set_timesteps`` ``arguments`` (:mod:`ikdata.diffusion.scheduler_state`; shift,
+    ``mu`` of dynamic shifting, custom sigmas or timesteps): the scheduler's own ``set_timesteps`` with
+    them. Without (a trajectory captured before they were recorded): flow-matching schedulers get
+    ``sigmas = linspace(1, 1/N, N)`` and, with dynamic shifting, the ``mu`` of the video latent's
+    sequence length (LTX, LTX-2); others ``set_timesteps(N)``.
+
+    Raises:
+        ValueError: a ``set_timesteps`` argument capture could not record.
     """
     import diffusers
     import numpy as np
 
+    from ikdata.core.digest import from_finite_json
+    from ikdata.diffusion import scheduler_state
+
     cls = getattr(diffusers, scheduler_class)
-    sched = cls.from_config(config)
-    if "FlowMatch" in scheduler_class:
+    sched = cls.from_config(from_finite_json(dict(config)))
+    if arguments is not None:
+        sched.set_timesteps(**scheduler_state.decode_arguments(arguments))
+    elif "FlowMatch" in scheduler_class:
         sigmas = np.linspace(1.0, 1.0 / steps, steps)
         kwargs: dict[str, Any] = {"sigmas": sigmas}
         if sched.config.get("use_dynamic_shifting") and seq_len is not None:
@@ -111,7 +122,7 @@ def reference_schedule(scheduler_class: str, config: dict, steps: int, seq_len: 
         sched.set_timesteps(**kwargs)
     else:
         sched.set_timesteps(steps)
-    if hasattr(sched, "set_begin_index"):
+    if arguments is None and hasattr(sched, "set_begin_index"):
         sched.set_begin_index(0)
     return sched
 
@@ -128,16 +139,14 @@ def schedule_values(sched: Any, steps: int) -> list[tuple[float | None, float | 
     return values
 
 
-def update(sched: Any, index: int, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The reference scheduler's step ``index`` applied to (out, x): what x_next must be."""
-    import copy
+def update(sched: Any, index: int, out: torch.Tensor, x: torch.Tensor, step: dict | None = None,
+           load: Callable[[Any], torch.Tensor] | None = None) -> torch.Tensor:
+    """The reference scheduler's step ``index`` applied to (out, x) with the state, arguments and noise the
+    trajectory's ``step`` recorded (``load`` reads its tensors): what x_next must be
+    (:func:`ikdata.diffusion.scheduler_state.replay_step`)."""
+    from ikdata.diffusion import scheduler_state
 
-    step_sched = copy.copy(sched)
-    if hasattr(step_sched, "_step_index"):
-        step_sched._step_index = index
-    kwargs = {"eta": 0.0} if "DDIM" in type(sched).__name__ else {}
-    result = step_sched.step(out, sched.timesteps[index], x, return_dict=False, **kwargs)
-    return result[0]
+    return scheduler_state.replay_step(sched, index, step or {}, out, x, load or (lambda ref: None))
 
 
 def decode(pipe: Any, finals: dict[str, torch.Tensor], scalars: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ikdata.capture import selection
 from ikdata.diffusion.trajectory_writer import Blob, BlobQueue, write_trajectory
 from ikdata.diffusion import noise as noise_mod
+from ikdata.diffusion import scheduler_state
 
 _OPEN: "weakref.WeakSet[TrajectoryRecorder]" = weakref.WeakSet()
 _SIGNATURES: dict[Any, inspect.Signature] = {}
@@ -45,6 +46,7 @@ class StepCapture:
     scheduler_step: str | None = None  # the definition name, or None with a reason in skipped
     step_scalars: dict[str, float] = field(default_factory=dict)  # the step definition's scalar inputs
     skipped: dict[str, str] = field(default_factory=dict)
+    extra: Any = None  # scheduler_state.StepRecord: the state, noise and arguments the step read
 
 
 @dataclass
@@ -79,6 +81,8 @@ class TrajectoryRecorder:
         self.steps: list[StepCapture] = []
         self.last_next: dict[str, tuple[Any, int, Blob]] = {}
         self.draws: list[tuple[Any, Any]] = []
+        self.step_draws: list[Blob] | None = None  # noise drawn inside the scheduler step being recorded
+        self.set_timesteps: dict[int, dict[str, Any]] = {}  # id(scheduler) -> its last set_timesteps arguments
         self.noise_check: dict[str, bool] = {}
         self.noise_reason: str | None = None
         self.denoiser_calls: list[DenoiserCall] = []
@@ -100,7 +104,12 @@ class TrajectoryRecorder:
     # -- engine-thread events -----------------------------------------------------------------------
 
     def on_draw(self, generator: Any, tensor: Any) -> None:
-        """A ``torch.randn(..., generator=g)`` during the call, before the first step: candidate noise."""
+        """A ``torch.randn(..., generator=g)`` during the call, before the first step: candidate noise; inside a
+        recorded scheduler step (any generator): the noise that step adds."""
+        if self.in_step:
+            if self.step_draws is not None:
+                self.step_draws.append(self.queue.copy(tensor))
+            return
         if not self.steps and not self.counts and len(self.draws) < 8:
             self.draws.append((generator, tensor.detach().clone()))
 
@@ -117,16 +126,20 @@ class TrajectoryRecorder:
         x = self._host_x(stream, sample)
         reused = last is not None and x is last[2]  # x is the previous x_next: no new bytes
         out = self.queue.copy(model_output)
+        extra = scheduler_state.snapshot(sched, original, args, kwargs, self._host_conditioning)
+        self.step_draws = []
         self.in_step = True
         try:
             result = original(sched, *args, **kwargs)
         finally:
             self.in_step = False
+            extra.noise += [("randn", blob) for blob in self.step_draws]
+            self.step_draws = None
         x_next_tensor = result[0] if isinstance(result, tuple) else result.prev_sample
         x_next = self.queue.copy(x_next_tensor)
         self.last_next[stream] = (x_next_tensor, x_next_tensor._version, x_next)
         sigma, sigma_next = _sigmas(sched)
-        capture = StepCapture(index, stream, _number(timestep), sigma, sigma_next, x, out, x_next)
+        capture = StepCapture(index, stream, _number(timestep), sigma, sigma_next, x, out, x_next, extra=extra)
         found = _scheduler_step_definition(sched, args, kwargs, timestep, sample, model_output, x_next_tensor,
                                            sigma, sigma_next, capture.skipped)
         if found is not None:
@@ -142,6 +155,14 @@ class TrajectoryRecorder:
         with self.lock:
             self.steps.append(capture)
         return result
+
+    def on_set_timesteps(self, original: Callable, sched: Any, args: tuple, kwargs: dict) -> None:
+        """The arguments the pipeline sets a scheduler's schedule with (replay's schedule check calls the
+        reference's own ``set_timesteps`` with them)."""
+        try:
+            self.set_timesteps[id(sched)] = scheduler_state.encode_arguments(original, sched, args, kwargs)
+        except Exception as exc:  # noqa: BLE001  recorded as unrecorded, capture goes on
+            self.set_timesteps[id(sched)] = {"_error": {"unrecorded": f"{type(exc).__name__}: {exc}"}}
 
     # -- finishing ----------------------------------------------------------------------------------
 

@@ -265,15 +265,19 @@ def judge(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
 
 
 def _workloads(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
-    """The denoiser workloads the trajectory's steps name, with what their own cases need (digests by name)."""
+    """The denoiser and scheduler-step workloads the trajectory's steps name, with what their own cases need
+    (digests by name): the trajectory decides them, a denoiser by its step's e, a scheduler step by its chain."""
     found = []
     for step in traj.record["steps"]:
-        for uuid in (step.get("workloads") or {}).get("denoiser") or []:
+        named = [(kind, uuid) for kind in ("denoiser", "scheduler_step")
+                 for uuid in (step.get("workloads") or {}).get(kind) or []]
+        for kind, uuid in named:
             row, receipt = ctx.rows.get(uuid), ctx.run.receipts.get(uuid)
             if row is None or receipt is None:
                 continue
             definition = ctx.run.ds.definitions.get(row.definition)
-            found.append({"index": step["index"], "uuid": uuid, "definition": row.definition, "axes": dict(row.axes),
+            found.append({"index": step["index"], "uuid": uuid, "kind": kind, "stream": step["stream"],
+                          "definition": row.definition, "axes": dict(row.axes),
                           "input_digests": {n: digest_from_path(d.path) for n, d in row.inputs.items()
                                             if isinstance(d, TensorRef)},
                           "expected_digests": {n: digest_from_path(d.path) for n, d in receipt.expected_output.items()
@@ -301,8 +305,11 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     expected = int(record["request"]["steps"])
     first_x = next((s for s in record["steps"] if s["stream"] == streams[0]), None)
     seq_len = first_x["x"]["shape"][1] if first_x and len(first_x["x"].get("shape") or []) == 3 else None
+    arguments = (record["scheduler"].get("set_timesteps") or {}).get(streams[0])
     sched = families.reference_schedule(record["scheduler"]["class"], dict(record["scheduler"]["config"]),
-                                        int(record["request"].get("num_inference_steps") or expected), seq_len)
+                                        int(record["request"].get("num_inference_steps") or expected), seq_len,
+                                        arguments)
+    measures["schedule_from"] = "set_timesteps(recorded arguments)" if arguments is not None else "formula"
     reference = families.schedule_values(sched, len(sched.timesteps))
     measures["schedule"] = _schedule_check(record, reference, expected)
     if measures["schedule"]["stopped"]:
@@ -573,14 +580,28 @@ def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[
         measures["level"] = measures["level"] or level
         if measures["level"] != level and "mixed levels" not in measures["notes"]:
             measures["notes"].append("mixed levels")
-        chain_ref = families.update(sched, index, out_eng, x)
+        chain, chain_reason = _chain(ctx, sched, index, step, out_eng, x, x_next, where)
         rows.append({"index": index, "stream": stream, "dtype": str(x.dtype), "level": level,
                      "combination": combination.name if combination else None,
                      "e": _rel(eng, ref), "cos": _cos(eng, ref), "f": _rel(alt, ref) if alt is not None else None,
-                     "chain": _rel(x_next, chain_ref) if x_next.shape == chain_ref.shape else math.inf,
-                     "chain_bound": rules.chain_bound(str(x.dtype)), "norm_ref": float(ref.double().norm()),
+                     "chain": chain, "chain_bound": rules.chain_bound(str(x.dtype)),
+                     **({"chain_reason": chain_reason} if chain_reason else {}),
+                     "norm_ref": float(ref.double().norm()),
                      "sigma": step.get("sigma"), "sigma_ref": sigma_ref})
     return rows
+
+
+def _chain(ctx: _Context, sched: Any, index: int, step: dict, out: torch.Tensor, x: torch.Tensor,
+           x_next: torch.Tensor, where: str) -> tuple[float, str | None]:
+    """The chain error of one step: the engine's x_next against the reference scheduler's step on the engine's
+    x and out, with the state, arguments and noise the step recorded; and why it could not be computed."""
+    try:
+        chain_ref = families.update(sched, index, out, x, step, lambda ref: ctx.tensor(ref, where))
+    except Exception as exc:  # noqa: BLE001 - the reference step refused the recorded step: the chain fails so
+        return math.inf, str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+    if x_next.shape != chain_ref.shape:
+        return math.inf, f"x_next has shape {tuple(x_next.shape)}, the reference step's {tuple(chain_ref.shape)}"
+    return _rel(x_next, chain_ref), None
 
 
 def _combination(raw: torch.Tensor, out: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor,

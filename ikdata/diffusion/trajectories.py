@@ -59,6 +59,8 @@ class Trajectory:
         for i, step in enumerate(self.record["steps"]):
             for name in TENSOR_FIELDS:
                 yield f"/steps/{i}/{name}", step[name]["path"]
+            for pointer, ref in step_extra_tensors(step):
+                yield f"/steps/{i}/{pointer}", ref["path"]
         for section in ("final", "decoded"):
             for stream, ref in self.record[section].items():
                 yield f"/{section}/{stream}", ref["path"]
@@ -247,6 +249,27 @@ def descriptor_elements(record: dict) -> int | None:
     return max(sizes) if sizes else None
 
 
+def step_extra_tensors(step: dict) -> Iterator[tuple[str, dict]]:
+    """(pointer inside the step, tensor descriptor) of every blob a step's scheduler record names: the noise
+    the step drew and the tensors of the state it read (:mod:`ikdata.diffusion.scheduler_state`)."""
+    noise = step.get("noise")
+    for k, item in enumerate(noise if isinstance(noise, list) else ()):
+        if isinstance(item, dict) and isinstance(item.get("tensor"), dict) and isinstance(item["tensor"].get("path"), str):
+            yield f"noise/{k}/tensor", item["tensor"]
+
+    def walk(value: Any, pointer: str) -> Iterator[tuple[str, dict]]:
+        if isinstance(value, dict) and set(value) == {"tensor"} and isinstance(value["tensor"], dict):
+            if isinstance(value["tensor"].get("path"), str):
+                yield pointer + "/tensor", value["tensor"]
+        elif isinstance(value, dict) and set(value) == {"list"} and isinstance(value["list"], list):
+            for k, item in enumerate(value["list"]):
+                yield from walk(item, f"{pointer}/list/{k}")
+
+    state = step.get("state")
+    for name, value in (state.items() if isinstance(state, dict) else ()):
+        yield from walk(value, f"state/{name}")
+
+
 def _digest(ref: dict) -> str | None:
     return digest_from_path(ref["path"])
 
@@ -261,7 +284,7 @@ def _step_of(record: dict, pointer: str) -> str:
 
 __all__ = ["TRAJECTORIES_DIR", "TENSOR_FIELDS", "MAX_SCHEDULE_STEPS", "NOISE_FACTOR", "Trajectory", "TrajectorySet",
            "trajectory_relpath", "trajectory_id", "referenced_paths", "files", "read_all", "find", "check",
-           "limit_problems", "descriptor_elements"]
+           "limit_problems", "descriptor_elements", "step_extra_tensors"]
 
 
 def referenced_paths(root: str | Path) -> tuple[list[str], list[Problem]]:
@@ -313,6 +336,7 @@ def _descriptor_paths(record: Any) -> list[str]:
     for step in record.get("steps") or []:
         if isinstance(step, dict):
             found += [step[n] for n in TENSOR_FIELDS if isinstance(step.get(n), dict)]
+            found += [ref for _, ref in step_extra_tensors(step)]
     for section in ("final", "decoded"):
         value = record.get(section)
         if isinstance(value, dict):

@@ -9,6 +9,7 @@ names a file that is not durable yet.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from ikdata.capture.writer import leave_signals_to_the_main_thread
 from ikdata.core import jsonl, schema
 from ikdata.diffusion import models
 from ikdata.core.definitions import workloads_relpath
+from ikdata.core.digest import finite_json
 from ikdata.core.errors import RecordError
 from ikdata.core.locking import dataset_lock
 from ikdata.core.records import Receipt, Scalar, WorkloadRow
@@ -156,6 +158,7 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
         records.append({"index": step.index, "stream": step.stream, "timestep": step.timestep, "sigma": step.sigma,
                         "sigma_next": step.sigma_next, "x": step.x.descriptor(), "out": step.out.descriptor(),
                         "x_next": step.x_next.descriptor(), "workloads": step_rows.get(id(step), {}),
+                        **_scheduler_extra(step),
                         **({"skipped": dict(step.skipped)} if step.skipped else {})})
     for step, record in zip(steps, records):
         why = rec.denoiser_skipped or "; ".join(rec.denoiser_skips.get(step.index, [])) \
@@ -388,7 +391,34 @@ def _pipeline(rec: Any) -> dict:
 def _scheduler(rec: Any) -> dict:
     sched = rec.schedulers.get(_stream_order(rec)[0]) if rec.schedulers else getattr(rec.pipe, "scheduler", None)
     config = dict(getattr(sched, "config", {}) or {})
-    return {"class": type(sched).__name__, "config": _json_safe(config), "order": getattr(sched, "order", None)}
+    found = {"class": type(sched).__name__, "config": _json_safe(config), "order": getattr(sched, "order", None)}
+    calls = {stream: rec.set_timesteps[id(s)] for stream, s in (rec.schedulers or {}).items()
+             if id(s) in getattr(rec, "set_timesteps", {})}
+    if calls:
+        found["set_timesteps"] = calls
+    return found
+
+
+def _scheduler_extra(step: Any) -> dict:
+    """What the step read besides (x, out) (:mod:`ikdata.diffusion.scheduler_state`): its state when it began,
+    the noise it drew or was given, its scalar arguments; what could not be recorded goes to ``skipped``."""
+    extra = getattr(step, "extra", None)
+    if extra is None:
+        return {}
+
+    def described(value: Any) -> Any:
+        if isinstance(value, Blob):
+            return value.descriptor()
+        if isinstance(value, dict):
+            return {k: described(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [described(v) for v in value]
+        return value
+
+    if extra.unrecorded:
+        step.skipped["scheduler_state"] = "not recorded: " + ", ".join(extra.unrecorded)
+    return {"state": described(extra.state), "step_args": dict(extra.args),
+            "noise": [{"source": source, "tensor": blob.descriptor()} for source, blob in extra.noise]}
 
 
 def _seed(rec: Any) -> int | None:
@@ -462,8 +492,8 @@ def _json_safe(value: Any) -> Any:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return finite_json(value)  # a tagged string: the id and the written record agree (core/digest.py)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)

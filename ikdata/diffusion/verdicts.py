@@ -56,6 +56,7 @@ def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
     """
     k, eps = float(measures["k"]), float(measures["eps"])
     fallback = float(measures.get("fallback_tolerance") or 0.0)
+    part = measures.get("part")  # a step workload's case: "denoiser" (e only) or "scheduler_step" (chain only)
     failures: list[str] = []
     first: dict[str, Any] | None = None
     schedule = measures.get("schedule") or {}
@@ -71,9 +72,10 @@ def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
         step["bound"], step["degenerate"] = bound, degenerate
         step["ratio"] = None if e is None else (e / f if f else (math.inf if e > 0 else 0.0))
         checks = []
-        if e is None or not e <= bound:
+        if part != "scheduler_step" and (e is None or not e <= bound):
             checks.append("e")
-        if chain is not None and not chain <= float(step.get("chain_bound", math.inf)):
+        if part != "denoiser" and (step.get("chain_reason") or (chain is not None and
+                                                               not chain <= float(step.get("chain_bound", math.inf)))):
             checks.append("chain")
         step["passed"] = not checks
         if checks:
@@ -102,15 +104,34 @@ def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
         failures.append(f"decode check: {decode['error']}")
     elif isinstance(decode, Mapping) and decode.get("passed") is False:
         failures.append(f"decode check: {decode.get('reason')}")
-    bad = [s for s in steps if not s.get("passed")]
-    if bad:
-        s0 = first or {}
-        worst_bad = max(bad, key=lambda s: (s.get("ratio") or 0.0))
-        failures.insert(0, f"{len(bad)} of {len(steps)} step(s) outside the floor; first at step {s0.get('step')} "
-                           f"({', '.join(s0.get('streams') or [])}: {s0.get('check')}); worst e/f "
-                           f"{_fmt(worst_bad.get('ratio'))} at step {worst_bad['index']} ({worst_bad['stream']})")
+    failures[:0] = _step_failures(steps, measures.get("scheduler"))
     return {"status": Status.FAILED if failures else Status.PASSED, "reason": "; ".join(failures) or None,
             "first_failure": first, "worst": worst, "steps_passed": passed_steps, "steps_total": len(steps)}
+
+
+def _step_failures(steps: list[dict[str, Any]], scheduler: Any) -> list[str]:
+    """The reasons of failed steps, earliest first: denoiser outputs outside the floor (``e``), and scheduler
+    steps whose x_next is not the reference step's (``chain``), each naming its first step and stream."""
+    found: list[tuple[int, int, str]] = []
+    floor = [s for s in steps if "e" in (s.get("failed") or ())]
+    if floor:
+        f0 = min(floor, key=lambda s: s["index"])
+        streams = [s["stream"] for s in floor if s["index"] == f0["index"]]
+        worst = max(floor, key=lambda s: (s.get("ratio") or 0.0))
+        found.append((f0["index"], 0, f"{len(floor)} of {len(steps)} step(s) outside the floor; first at step "
+                                       f"{f0['index']} ({', '.join(streams)}: e); worst e/f {_fmt(worst.get('ratio'))} "
+                                       f"at step {worst['index']} ({worst['stream']})"))
+    chained = [s for s in steps if "chain" in (s.get("failed") or ())]
+    if chained:
+        c0 = min(chained, key=lambda s: s["index"])
+        streams = [s["stream"] for s in chained if s["index"] == c0["index"]]
+        why = f"; {c0['chain_reason']}" if c0.get("chain_reason") else ""
+        found.append((c0["index"], 1, f"{len(chained)} scheduler step(s) wrong; first at step {c0['index']} "
+                                      f"({', '.join(streams)}: chain): x_next is not the reference "
+                                      f"{scheduler or 'scheduler'}.step of the recorded x, out, state and noise "
+                                      f"(relative error {_fmt(c0.get('chain'))} > bound "
+                                      f"{_fmt(c0.get('chain_bound'))}{why})"))
+    return [message for _, _, message in sorted(found)]
 
 
 def _fmt(value: Any) -> str:
@@ -156,7 +177,7 @@ def recheck(case: Mapping[str, Any]) -> list[str]:
 
 # -- the denoiser workloads of a trajectory's steps: their cases follow from the trajectory's ----------------
 
-_SHARED = ("k", "eps", "fallback_tolerance", "attention", "level")
+_SHARED = ("k", "eps", "fallback_tolerance", "attention", "level", "scheduler")
 
 
 def step_cases(trajectory_case: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -180,8 +201,11 @@ def step_cases(trajectory_case: Mapping[str, Any]) -> list[dict[str, Any]]:
             found.append(case)
             continue
         subset = {key: measures.get(key) for key in _SHARED}
-        subset.update(of=trajectory_case["uuid"], index=workload["index"],
-                      steps=[dict(s) for s in measures.get("steps") or [] if s.get("index") == workload["index"]])
+        kind = workload.get("kind", "denoiser")  # a denoiser is judged by e, a scheduler step by its chain
+        stream = workload.get("stream") if kind == "scheduler_step" else None
+        subset.update(of=trajectory_case["uuid"], index=workload["index"], part=kind,
+                      steps=[dict(s) for s in measures.get("steps") or [] if s.get("index") == workload["index"]
+                             and (stream is None or s.get("stream") == stream)])
         if (measures.get("schedule") or {}).get("stopped"):
             subset["schedule"] = measures["schedule"]
         verdict = decide(subset)

@@ -233,13 +233,9 @@ def _claim_reasons(source: Source, definition: Definition, validation: dict, *, 
     """Why a verdict SRC's report claims cannot be re-judged here (empty: it can, and will be).
 
     Re-judging runs the definition's reference, which only a trusted definition may do (contract 6);
-    a denoiser step is judged by its whole trajectory (the pipeline's model, the noise floor), which
-    import does not replay.
+    a step judged by its trajectory (``validation["trajectory"]``) is re-judged by replaying that
+    trajectory (:mod:`ikdata.importing.rejudge`), which runs the same trusted references.
     """
-    if isinstance(validation.get("trajectory"), dict):
-        return ["SRC's report claims a pass that cannot be re-judged here: it was judged by its "
-                "diffusion trajectory (the pipeline's model and noise floor), which import does not replay; "
-                "replay SRC yourself, or accept SRC's reports with --trust-reports"]
     if not is_trusted(definition, digests=frozenset(trust), trusted=source.trusted):
         return [f"SRC's report claims a pass that cannot be re-judged here: the reference of "
                 f"{definition.name!r} (definition digest {definition.digest}) is not trusted, so it does not "

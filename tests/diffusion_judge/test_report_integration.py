@@ -86,15 +86,10 @@ def test_import_admits_the_denoiser_steps_by_their_trajectory(reference_capture,
     shared = tmp_path / "shared"
     cli = [sys.executable, "-m", "ikdata"]
     assert subprocess.run([*cli, "init", str(shared), "--name", "s"], capture_output=True).returncode == 0
-    # a trajectory's verdict is not re-judged by import: without --trust-reports its steps stay out, and it says so
+    # a trajectory's verdict is re-judged by import (the trajectory replayed here): no --trust-reports needed
     result = subprocess.run([*cli, "import", str(root), str(shared), "--only-passed"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "diffusion trajectory" in result.stdout and "--trust-reports" in result.stdout, result.stdout
-    assert not (shared / "workloads" / "denoiser").exists()
-    result = subprocess.run([*cli, "import", str(root), str(shared), "--only-passed", "--trust-reports"],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert "reports trusted (--trust-reports)" in result.stdout, result.stdout
+    assert "re-judged 15 of 15 cases: all agree" in result.stdout, result.stdout  # 5 denoiser, 10 scheduler steps
     rows = (shared / "workloads" / "denoiser" / "ltx2_av_transformer_f32.jsonl").read_text().splitlines()
     assert len(rows) == 5
     receipts = [json.loads(line) for line in (shared / "receipts.jsonl").read_text().splitlines()]
