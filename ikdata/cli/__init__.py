@@ -7,20 +7,20 @@ permission denied) prints one line naming the command, the file and what to do,
 and exits 1; set IKDATA_DEBUG=1 to see the traceback.
 
 Start-up is paid per command (issue 26): :func:`main` answers ``--version`` and ``--help`` from
-:data:`COMMANDS` without loading typer, and otherwise imports the one module whose command was
-named, so ``ikdata show`` never loads capture, replay or the remotes. ``ikdata.cli.app`` (tests, the
+:data:`COMMANDS` without loading typer, runs ``show``, ``ls``, ``stats`` and ``lineage`` on a local
+folder without typer (:mod:`ikdata.cli._fast`), and otherwise imports the one module whose command
+was named, so ``ikdata show`` never loads capture, replay or the remotes. ``ikdata.cli.app`` (tests, the
 library) still has every command.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 from ikdata._version import __version__
 
 # Every command: the module that registers it, and its one-line summary (the first line of its
-# docstring; tests/ux/test_help.py keeps both true). The order is the order of ``ikdata --help``.
+# docstring; tests/ux/test_ux_help.py keeps both true). The order is the order of ``ikdata --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("data", "Create an empty ikdata dataset with its manifest."),
     "validate": ("data", "Check every record, reference and blob; report every problem."),
@@ -132,5 +132,14 @@ def main(argv: list[str] | None = None) -> None:
         _print_help()
         return
     named = next((a for a in args if not a.startswith("-")), None)
+    if args and named == args[0] and named in ("show", "ls", "stats", "lineage"):
+        from ikdata.cli import _fast  # a local folder read without typer; anything else falls through
+
+        code = _fast.run(named, args[1:])
+        if code is not None:
+            sys.stdout.flush()
+            if code:
+                sys.exit(code)
+            return
     app = load((COMMANDS[named][0],) if named in COMMANDS else MODULES)
     app(args=args, prog_name="ikdata")

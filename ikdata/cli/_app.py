@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from ikdata._version import __version__
 from ikdata.cli import HELP, _summary
+from ikdata.cli._read import print_error
 from ikdata.core.errors import IkdataError
 
 
@@ -89,7 +90,7 @@ class _Group(TyperGroup):
         except IkdataError as exc:
             if os.environ.get("IKDATA_DEBUG"):
                 raise
-            _print_error(str(exc))
+            print_error(str(exc))
             raise typer.Exit(exc.exit_code) from None
         except OSError as exc:  # the OS said no (disk full, size limit, read-only, permission): one line, exit 1
             if os.environ.get("IKDATA_DEBUG"):
@@ -97,17 +98,8 @@ class _Group(TyperGroup):
             from ikdata.core.errors import describe_os_error
 
             command = f"ikdata {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "ikdata"
-            _print_error(f"{command}: {describe_os_error(exc)}")
+            print_error(f"{command}: {describe_os_error(exc)}")
             raise typer.Exit(1) from None
-
-
-def _print_error(message: str) -> None:
-    from rich.markup import escape
-
-    from ikdata.cli._output import err_console, terminal_safe
-
-    # escape: messages quote user text and placeholders such as "[/PREFIX]", never markup; nor control characters
-    err_console.print(f"[red]error:[/red] {escape(terminal_safe(message))}", markup=True, highlight=False)
 
 
 def _show_version(value: bool) -> None:

@@ -76,28 +76,11 @@ def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annota
         definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False,
         endpoint_url: EndpointOpt = None, profile: ProfileOpt = None) -> None:
     """List workloads: uuid, definition, axes. Exit 1 if a line could not be read."""
+    from ikdata.cli import _read
+
     o = out.Output(json=json_, quiet=quiet)
     ds = open_dataset(path, definitions, ctx=ctx, endpoint_url=endpoint_url, profile=profile)
-    rows = list(ds.workloads(definition))
-    if definition is not None and not rows:
-        _no_such_definition(ds, definition)
-    o.result([{"uuid": r.uuid, "definition": r.definition, "axes": r.axes, "source": r.source} for r in rows],
-             lambda: out.table(f"{len(rows)} workloads", ["uuid", "definition", "axes"],
-                               [(r.uuid, r.definition, " ".join(f"{k}={v}" for k, v in r.axes.items()))
-                                for r in rows]))
-    o.problems(ds.problems)
-    o.exit(ds.problems)
-
-
-def _no_such_definition(ds, definition: str):
-    """``ls --definition NAME`` naming no definition of the dataset: refused, with the names it has."""
-    from ikdata.core.errors import IkdataError
-
-    names = sorted(set(ds.definitions) | {r.definition for r in ds.workloads(validate=False)})
-    if definition not in names:
-        shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
-        raise IkdataError(f"--definition {definition!r}: {ds.root} has no such definition"
-                         + (f"; it has {shown}" if names else "; it has none"))
+    o.exit(code=_read.ls(ds, definition, o))
 
 
 @app.command()
@@ -107,49 +90,11 @@ def show(ctx: typer.Context, path: DatasetOrUrlArg, uuid: Annotated[str, typer.A
          definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False,
          endpoint_url: EndpointOpt = None, profile: ProfileOpt = None) -> None:
     """Show one workload: its row, its receipt and its blobs."""
-    from ikdata.ops.inspect import describe_workload
+    from ikdata.cli import _read
 
     o = out.Output(json=json_, quiet=quiet)
     ds = open_dataset(path, definitions, ctx=ctx, blobs="headers", endpoint_url=endpoint_url, profile=profile)
-    if (ds.root / "trajectories").exists():  # only a dataset with trajectories pays for their module
-        from ikdata.diffusion.views import describe as describe_trajectory
-
-        trajectory = describe_trajectory(ds, uuid)  # a diffusion trajectory id (prefix) shows the trajectory
-        if trajectory is not None:
-            from ikdata.cli._trajectory import print_trajectory
-
-            o.result(trajectory, lambda: print_trajectory(trajectory))
-            return
-    if ":" in uuid:  # TRAJECTORY:STEP[:STREAM]: the workloads of those steps, as lineage finds them
-        from ikdata.ops.lineage import trace
-
-        uuids = list(dict.fromkeys(c.uuid for c in trace(ds.root, uuid)))
-        documents = [describe_workload(ds, u) for u in uuids]
-        o.result(documents if len(documents) != 1 else documents[0],
-                 lambda: [_print_workload(d) for d in documents])
-    else:
-        document = describe_workload(ds, uuid)
-        o.result(document, lambda: _print_workload(document))
-    o.problems(ds.problems)
-    o.exit(ds.problems)
-
-
-def _print_workload(document: dict) -> None:
-    """One workload for a person: its row, inputs as dtype, shape and blob, each receipt's facts."""
-    from ikdata.cli._records import descriptor_text, fact_lines, value_text
-
-    row = document["row"]
-    workload = row["workload"]
-    out.info(f"workload {workload['uuid']}  definition {row['definition']}  ({document['source']})")
-    out.info(f"  axes: {value_text(workload.get('axes') or {}) or 'none'}")
-    out.info("  inputs:")
-    for name, entry in document["inputs"].items():
-        text = descriptor_text(entry["descriptor"], dtype=entry.get("dtype"), shape=entry.get("shape"))
-        out.info(f"    {name}: {text}" + (f" ({entry['error']})" if entry.get("error") else ""))
-    for receipt in document["receipts"]:
-        out.info("  receipt:")
-        for line in fact_lines(receipt, skip=("uuid", "definition", "axes")):
-            out.info(f"    {line}")
+    o.exit(code=_read.show(ds, uuid, o))
 
 
 @app.command()
@@ -160,26 +105,11 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
 
     Exit 1 if a line could not be read (the figures then leave it out).
     """
-    from ikdata.ops.stats import compute
+    from ikdata.cli import _read
 
     o = out.Output(json=json_, quiet=quiet)
     ds = open_dataset(path, definitions, ctx=ctx, blobs="sizes", endpoint_url=endpoint_url, profile=profile)
-    result = compute(ds)
-
-    def human() -> None:
-        out.table(f"{path} ({result.layout} layout)", ["definition", "workloads"],
-                  sorted(result.workloads_per_definition.items()))
-        out.info(f"definitions {result.definitions} · workloads {result.workloads} · receipts {result.receipts} · "
-                 f"unique blobs {result.unique_blobs} · stored {out.human_bytes(result.stored_bytes)} · "
-                 f"referenced {out.human_bytes(result.referenced_bytes)} · dedup ×{result.dedup_ratio:.2f}")
-        from ikdata.cli._trajectory import trajectory_line
-
-        if trajectory_line(result.trajectories):
-            out.info(trajectory_line(result.trajectories))
-
-    o.result(result.to_dict(), human)
-    o.problems(ds.problems)
-    o.exit(ds.problems)
+    o.exit(code=_read.stats(ds, str(path), o))
 
 
 @app.command()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -136,83 +135,12 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             json_: JsonOpt = False, quiet: QuietOpt = False, endpoint_url: EndpointOpt = None,
             profile: ProfileOpt = None) -> None:
     """Trace a workload to its capture, imports and validations; or show the parent graph."""
-    from ikdata.ops.lineage import graph, trace
+    from ikdata.cli import _read
 
     o = out.Output(json=json_, quiet=quiet)
     path = open_dataset(path, None, ctx=ctx, endpoint_url=endpoint_url,  # a remote: through a temporary
                         profile=profile).root  # verified copy
-    if key is None or dot:
-        found = graph(path)
-        if dot:
-            typer.echo(out.terminal_safe(found.to_dot()), nl=False)
-        elif not o.human:
-            o.result(found.to_dict())
-        else:
-            for node_id, node in found.nodes.items():
-                out.info(f"{node_id[:12]} {node.name or '(no name)'}" + (f" ({node.path})" if node.path else ""))
-                for parent in node.parents:
-                    out.info(f"  <- {parent['id'][:12]} by {parent.get('how', '?')} at {_when(parent.get('at'))}"
-                             f" from {parent.get('source', '?')}")
-        return
-    chains = trace(path, key)
-    if not o.human:
-        o.result([c.to_dict() for c in chains])
-        return
-    for chain in chains:
-        out.info(f"workload {chain.uuid} ({chain.definition}) at {chain.row}"
-                 + (f", uses the blob as {', '.join(chain.uses)}" if chain.uses else ""))
-        capture = chain.capture or {}
-        from ikdata.cli._records import fact_lines
-
-        out.info("  captured:" + ("" if capture else " no receipt"))
-        for line in fact_lines(capture):
-            out.info(f"    {line}")
-        if chain.call is not None:
-            call = chain.call
-            out.info(f"  pipeline call: {call['pipeline']} trajectory {call['trajectory'][:12]} ({call['where']}), "
-                     f"step {call['step']} {call['stream']} ({call['role']}), seed {call['seed']}")
-        if chain.request is not None:
-            out.info("  request: " + _shortened(json.dumps(chain.request, sort_keys=True, ensure_ascii=False,
-                                                           default=str)))
-        for hop in chain.imports:
-            out.info(f"  imported: from {hop['from'][:12]} ({hop.get('source', '?')}) by {hop.get('how', 'import')} "
-                     f"at {_when(hop.get('at'))}")
-        for check in chain.validations:
-            metrics = check.get("metrics")
-            out.info(f"  validated: {check.get('status')} on {check.get('device', '?')} "
-                     f"(torch {check.get('torch', '?')}; {check['from']})" + (f": {_metrics(metrics)}" if metrics else ""))
-
-
-_REQUEST_SHOWN = 2000  # characters of a request payload in the text output; --json has all of it
-
-
-def _shortened(text: str) -> str:
-    if len(text) <= _REQUEST_SHOWN:
-        return text
-    return f"{text[:_REQUEST_SHOWN]}… ({len(text)} characters; --json shows all of it)"
-
-
-def _metrics(metrics: object) -> str:
-    """Per-output error metrics in a line a person reads: ``O: max abs 4.9e-04, rel rms 1.6e-03, ...``."""
-    if not isinstance(metrics, dict):
-        return str(metrics)
-    short = {"max_abs_error": "max abs", "max_rel_error": "max rel", "relative_rms": "rel rms",
-             "cosine_similarity": "cos", "mismatched_fraction": "mismatched"}
-    parts = []
-    for output, values in metrics.items():
-        if not isinstance(values, dict):
-            parts.append(f"{output}: {values}")
-            continue
-        shown = ", ".join(f"{label} {values[key]:.3g}" for key, label in short.items()
-                          if isinstance(values.get(key), (int, float)))
-        parts.append(f"{output}: {shown}")
-    return "; ".join(parts)
-
-
-def _when(at: object) -> str:
-    from ikdata.cli._records import iso_time
-
-    return iso_time(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else "?"
+    o.exit(code=_read.lineage(path, key, dot, o))
 
 
 @app.command("diff")

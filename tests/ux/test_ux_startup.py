@@ -12,7 +12,7 @@ COUNT = ("import runpy, sys, json\n"
          "try:\n    from ikdata.cli import main; main()\n"
          "except SystemExit:\n    pass\n"
          "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n")
-SHOW_LIMIT = 380  # 389 before the change (every command module), 367 after; typer pulls in pydantic
+SHOW_LIMIT = 290  # 389 before the change (typer, pydantic, every command module); 258 after (no typer)
 
 
 def _modules(*args: str) -> list[str]:
@@ -27,12 +27,45 @@ def test_show_loads_only_what_it_uses(small_dataset):
 
     uuid = next(ikdata.open(small_dataset).workloads()).uuid
     loaded = _modules("show", str(small_dataset), uuid[:8])
-    heavy = [m for m in loaded if m.split(".")[0] in ("torch", "numpy", "ray", "s3fs", "huggingface_hub", "plotly")
+    heavy = [m for m in loaded if m.split(".")[0] in ("torch", "numpy", "ray", "s3fs", "huggingface_hub", "plotly",
+                                                      "typer", "pydantic", "click")
              or m.startswith(("ikdata.capture", "ikdata.replay", "ikdata.importing", "ikdata.remote.push",
                               "ikdata.remote.pull", "ikdata.cli.replay_cmd", "ikdata.cli.capture_cmd",
                               "ikdata.cli.remote_cmd", "ikdata.diffusion", "ikdata.sampling"))]
     assert heavy == []
     assert len(loaded) <= SHOW_LIMIT, len(loaded)
+
+
+def test_the_fast_path_prints_what_typer_prints(small_dataset, capsys):
+    """show, ls, stats and lineage run without typer (cli/_fast.py): the same output and exit code as the
+    typer commands, and anything they do not parse is left to typer."""
+    import ikdata
+    from typer.testing import CliRunner
+
+    from ikdata import cli
+
+    uuid = next(ikdata.open(small_dataset).workloads()).uuid
+    runner = CliRunner()
+    for args in (["show", str(small_dataset), uuid[:8]], ["show", str(small_dataset), uuid, "--json"],
+                 ["ls", str(small_dataset)], ["ls", str(small_dataset), "--definition=nosuch"],
+                 ["stats", str(small_dataset), "--json"], ["lineage", str(small_dataset), uuid],
+                 ["lineage", str(small_dataset), "--dot"], ["show", str(small_dataset), "nosuch"]):
+        by_typer = runner.invoke(cli.app, args, env={"COLUMNS": "80"})
+        try:
+            cli.main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        fast = capsys.readouterr()
+        assert code == by_typer.exit_code, args
+        assert fast.out == by_typer.stdout, args
+        if code:
+            assert fast.err.strip() and fast.err.strip() in by_typer.output, args
+    from ikdata.cli import _fast
+
+    assert _fast.parse("show", [str(small_dataset)]) is None  # typer says what is missing
+    assert _fast.parse("show", [str(small_dataset), "k", "--help"]) is None
+    assert _fast.parse("ls", ["d", "--nosuch"]) is None
 
 
 def test_version_and_help_load_no_typer():
