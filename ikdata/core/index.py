@@ -49,6 +49,7 @@ KEY_FILE = "index-key"
 _SIDECARS = ("-wal", "-shm", "-journal")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TAIL = 4096  # bytes before the indexed end, rehashed to prove an append-only change
+_BLOCK = 8 << 20  # bytes of a record file read at a time while indexing
 
 # Problem codes of an index that is not used; the first two are said to the user (the dataset holds
 # something odd at the index's place), the others are ordinary reasons to read the files instead.
@@ -166,32 +167,44 @@ class Index:
         self._db.execute("DELETE FROM files WHERE path = ?", (path,))
 
     def _index_file(self, path: str, kind: str, full: Path, st: os.stat_result, start: int, line: int) -> int:
+        """Index the whole lines of ``full`` from byte ``start`` on, a block at a time (memory stays
+        flat at 10M rows); a torn last line is not indexed until it is whole."""
+        offset = indexed = start
+        count = 0
+        loads = orjson.loads
+        carry = b""
         with _open_regular(full) as stream:
             stream.seek(start)
-            data = stream.read(st.st_size - start)
-        end = data.rfind(b"\n") + 1  # a torn last line is not indexed until it is whole
-        entries = []
-        offset = start
-        loads = orjson.loads
-        for raw in data[:end].split(b"\n")[:-1]:
-            line += 1
-            try:
-                record = loads(raw)
-            except orjson.JSONDecodeError:
-                record = None
-            if isinstance(record, dict):
-                uuid = _uuid_of(record, kind)
-                definition = record.get("definition")
-                if isinstance(uuid, str):
-                    entries.append((uuid, kind, definition if isinstance(definition, str) else None,
-                                    path, line, offset))
-            offset += len(raw) + 1
-        self._db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", entries)
-        indexed = start + end
+            left = st.st_size - start
+            while left > 0:
+                block = stream.read(min(_BLOCK, left))
+                if not block:
+                    break
+                left -= len(block)
+                data = carry + block if carry else block
+                cut = data.rfind(b"\n") + 1
+                carry = data[cut:]
+                entries = []
+                for raw in data[:cut].split(b"\n")[:-1]:
+                    line += 1
+                    try:
+                        record = loads(raw)
+                    except orjson.JSONDecodeError:
+                        record = None
+                    if isinstance(record, dict):
+                        uuid = _uuid_of(record, kind)
+                        definition = record.get("definition")
+                        if isinstance(uuid, str):
+                            entries.append((uuid, kind, definition if isinstance(definition, str) else None,
+                                            path, line, offset))
+                    offset += len(raw) + 1
+                indexed += cut
+                count += len(entries)
+                self._db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", entries)
         self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (path, kind, st.st_ino, st.st_size, st.st_mtime_ns, indexed, line,
                           _tail_digest(full, indexed)))
-        return len(entries)
+        return count
 
     # -- lookups -----------------------------------------------------------------------------
 
