@@ -173,6 +173,9 @@ def install(cap: Any) -> None:
 
     for path in capture_modules():
         importlib.import_module(path).install(cap)
+    from ikdata.flashinfer import capture as flashinfer_capture  # @flashinfer_api calls, when FlashInfer is installed
+
+    flashinfer_capture.install(cap)
 
 
 __all__ = ["install", "RMSNORM_MODULES", "on_linear", "on_mm", "on_matmul", "on_sdpa", "on_rms_norm",

@@ -21,6 +21,8 @@
 
     FormatError (a ValueError, core/safetensors_format.py) is the header parser's own: every caller turns
     it into a located Problem or a StoreError, so it never reaches a user.
+    Refused (an Exception, flashinfer/convert.py) says why one FlashInfer definition or recorded call is left
+    out of an import; the staging step lists each as a left-out item, so it never reaches a user either.
 
 Every message says where, what, and what to do. The CLI formats these in one
 place; library code raises them with the facts as attributes.

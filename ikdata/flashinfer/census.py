@@ -18,8 +18,16 @@ from ikdata.flashinfer import loader
 from ikdata.flashinfer.convert import Refused, convert
 
 
-def census() -> dict[str, Any]:
+def census(memory_limit: int = 3 << 30) -> dict[str, Any]:
+    """Count every installed template; the process's data size is capped at ``memory_limit`` bytes, so a
+    template whose init needs more (MoE with hundreds of experts at model sizes) counts as too large."""
+    import gc
+    import resource
+
     import torch
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_limit, hard))
 
     counts: collections.Counter = collections.Counter()
     reasons: collections.Counter = collections.Counter()
@@ -30,6 +38,7 @@ def census() -> dict[str, Any]:
             if t.init is None or t.reference is None:
                 raise Refused("no init or no reference", "no-init" if t.init is None else "no-reference")
             params = inspect.signature(t.init).parameters
+            gc.collect()
             var = {a: 2 for a, m in t.axes.items() if type(m).__name__ == "Var" and a in params}
             values = t.init(device="cpu", **var) if "device" in params else t.init(**var)
             if not isinstance(values, dict) or "run" in values:
@@ -40,8 +49,14 @@ def census() -> dict[str, Any]:
         except Refused as exc:
             reasons[exc.code] += 1
             continue
+        except MemoryError:
+            reasons["init too large for the census's memory cap"] += 1
+            continue
         except Exception as exc:  # noqa: BLE001  init needs CUDA or a GPU-only module
-            reasons[f"init fails on CPU ({type(exc).__name__})"] += 1
+            text = str(exc)
+            kind = "memory" if "allocate" in text else ("CUDA" if "cuda" in text.lower() or "CUDA" in text else
+                                                        type(exc).__name__)
+            reasons[f"init fails on CPU ({kind})"] += 1
             continue
         counts["rendered"] += 1
         if not schema.check("definition", record, path="census") and not Definition.from_dict(record).check():
@@ -76,4 +91,5 @@ def census() -> dict[str, Any]:
             counts["replays_on_cpu"] += 1
         except Exception as exc:  # noqa: BLE001
             reasons[f"reference fails on CPU ({type(exc).__name__})"] += 1
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
     return {"counts": dict(counts), "refused_or_not_replayed": dict(reasons.most_common())}

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from ikdata.flashinfer.convert import Refused
+
 TENSOR_FILES = ("inputs.safetensors", "inputs.pt")
 
 
@@ -63,37 +65,37 @@ def read_calls(root: Path) -> tuple[list[Call], list[Skipped]]:
     for folder in folders:
         try:
             calls.append(read_call(folder))
-        except _Skip as exc:
+        except Refused as exc:
             skipped.append(Skipped(str(folder), str(exc)))
     return calls, skipped
 
 
-class _Skip(Exception):
-    pass
+def _skip(reason: str) -> Refused:
+    return Refused(reason, "unreadable-call")
 
 
 def read_call(folder: Path) -> Call:
     metadata = _last_record(folder / "metadata.jsonl")
     status = metadata.get("execution_status")
     if status != "completed":
-        raise _Skip(f"execution_status is {status!r}: the call has no recorded outputs (crashed, or a CUDA-graph "
+        raise _skip(f"execution_status is {status!r}: the call has no recorded outputs (crashed, or a CUDA-graph "
                     "dump not flushed); expected 'completed'")
     fmt = metadata.get("tensor_format")
     suffix = {"safetensors": "safetensors", "torch": "pt"}.get(fmt)
     if suffix is None:
-        raise _Skip(f"tensor_format {fmt!r} is not 'safetensors' or 'torch'")
+        raise _skip(f"tensor_format {fmt!r} is not 'safetensors' or 'torch'")
     inputs = _tensors(folder / f"inputs.{suffix}", metadata["tensor_info"].get("input_tensor_keys", []))
     outputs = _tensors(folder / f"outputs.{suffix}", metadata["tensor_info"].get("output_tensor_keys", []))
     params = signature_params(metadata.get("function_signature", ""))
     if params is None:
-        raise _Skip(f"function_signature {metadata.get('function_signature')!r} cannot be read")
+        raise _skip(f"function_signature {metadata.get('function_signature')!r} cannot be read")
     arguments: dict[str, Any] = {}
     values = {**{k: _plain(v) for k, v in (metadata.get("input_metadata") or {}).items()}, **inputs}
     for key, value in values.items():
         if key.startswith("arg_") and key[4:].isdigit():
             index = int(key[4:])
             if index >= len(params):
-                raise _Skip(f"{key} has no parameter in the signature {metadata.get('function_signature')}")
+                raise _skip(f"{key} has no parameter in the signature {metadata.get('function_signature')}")
             arguments[params[index]] = value
         elif key.startswith("kwarg_"):
             arguments[key[6:]] = value
@@ -126,26 +128,26 @@ def _last_record(path: Path) -> dict:
             continue  # a torn last line: the earlier record stands
         if isinstance(record, dict):
             return record
-    raise _Skip(f"{path}: no JSON record")
+    raise _skip(f"{path}: no JSON record")
 
 
 def _tensors(path: Path, keys: list[str]) -> dict[str, Any]:
     if not keys:
         return {}
     if not path.is_file() or path.is_symlink():
-        raise _Skip(f"{path.name} is missing (the metadata lists {keys})")
+        raise _skip(f"{path.name} is missing (the metadata lists {keys})")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         try:
             loaded = load_file(str(path))
         except Exception as exc:  # noqa: BLE001  a damaged file is a skipped call
-            raise _Skip(f"{path.name}: not a readable safetensors file: {exc}") from exc
+            raise _skip(f"{path.name}: not a readable safetensors file: {exc}") from exc
     else:
         loaded = load_pt(path)
     missing = [k for k in keys if k not in loaded]
     if missing:
-        raise _Skip(f"{path.name} lacks the tensors {missing}")
+        raise _skip(f"{path.name} lacks the tensors {missing}")
     return {k: loaded[k] for k in keys}
 
 
@@ -153,7 +155,7 @@ def load_pt(path: Path) -> dict:
     """A ``.pt`` dict of tensors through ``torch.load(weights_only=True)``: no pickle code runs.
 
     Raises:
-        _Skip: torch refused it (its reason), or it is not a dict of tensors.
+        Refused: torch refused it (its reason), or it is not a dict of tensors.
     """
     import pickle
 
@@ -163,10 +165,10 @@ def load_pt(path: Path) -> dict:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise _Skip(f"{path.name} refused: torch.load(weights_only=True) would not load it ({reason}); ikdata "
+        raise _skip(f"{path.name} refused: torch.load(weights_only=True) would not load it ({reason}); ikdata "
                     "never unpickles anything else") from exc
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
-        raise _Skip(f"{path.name} is not a dict of tensors")
+        raise _skip(f"{path.name} is not a dict of tensors")
     return loaded
 
 

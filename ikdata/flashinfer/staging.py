@@ -155,8 +155,6 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
     Raises:
         IkdataError: from the writer, for a dataset it cannot write.
     """
-    import torch
-
     from ikdata.core.writer import DatasetWriter
 
     staged = Staged(out)
@@ -172,22 +170,8 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
         try:
             found = match(call, folder_definitions)
             fi_record = folder_definitions[found.record["name"]] if folder_definitions is not None else found.record
-            absent = [n for n, d in found.template.inputs.items()
-                      if type(d).__name__ == "Tensor" and d.optional
-                      and _argument(call.arguments, d.param or n, d.tuple_idx) is None]
-            converted = convert(fi_record, absent=absent, template_key=found.key)
-            definition = Definition.from_dict(converted.record, origin=USER, source=str(definitions_folder or "flashinfer"))
-            issues = definition.check()
-            if issues:
-                raise Refused("; ".join(issues), "definition")
-            inputs = {}
-            for name, spec in definition.inputs.items():
-                descriptor = found.template.inputs[name]
-                value = _argument(call.arguments, descriptor.param or name, getattr(descriptor, "tuple_idx", None))
-                if spec.shape is None and isinstance(value, torch.Tensor) and value.ndim == 0:
-                    value = value.item()  # a 0-d tensor where the definition has a scalar
-                inputs[name] = value
-            outputs = _outputs(call, definition)
+            definition, inputs, outputs = workload(found, fi_record, call.arguments, call.results,
+                                                   source=str(definitions_folder or "flashinfer"))
             writer.add(definition, inputs, outputs, call.provenance())
             staged.definitions[definition.name] = definition
         except Refused as exc:
@@ -197,7 +181,7 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
     if folder_definitions is not None and calls_folder is None:
         for name, record in folder_definitions.items():  # a definitions folder alone: its definitions
             try:
-                converted = convert(record)
+                converted = convert(record, template_key=template_key_of(record))
                 definition = Definition.from_dict(converted.record, origin=USER, source=str(definitions_folder))
                 issues = definition.check()
                 if issues:
@@ -211,11 +195,50 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
     return staged
 
 
-def _outputs(call: Call, definition: Definition) -> dict[str, Any]:
+def workload(found: Match, fi_record: Mapping[str, Any], arguments: Mapping[str, Any], results: list,
+             *, source: str) -> tuple[Definition, dict[str, Any], dict[str, Any]]:
+    """The ikdata definition, inputs and outputs of one call of ``found``'s template.
+
+    Absent optional inputs pick the definition variant without them; a 0-d tensor where the
+    definition has a scalar becomes a Python number; ``results`` are the outputs in order.
+
+    Raises:
+        Refused: the definition cannot be converted, or the results do not fit its outputs.
+    """
+    import torch
+
+    absent = [n for n, d in found.template.inputs.items()
+              if type(d).__name__ == "Tensor" and d.optional and _argument(arguments, d.param or n, d.tuple_idx) is None]
+    converted = convert(fi_record, absent=absent, template_key=found.key)
+    definition = Definition.from_dict(converted.record, origin=USER, source=source)
+    issues = definition.check()
+    if issues:
+        raise Refused("; ".join(issues), "definition")
+    inputs = {}
+    for name, spec in definition.inputs.items():
+        descriptor = found.template.inputs[name]
+        value = _argument(arguments, descriptor.param or name, getattr(descriptor, "tuple_idx", None))
+        if spec.shape is None and isinstance(value, torch.Tensor) and value.ndim == 0:
+            value = value.item()  # a 0-d tensor where the definition has a scalar
+        inputs[name] = value
+    return definition, inputs, _outputs(results, definition)
+
+
+def template_key_of(record: Mapping[str, Any]) -> str | None:
+    """The installed template that renders a definition of this name and op_type (for trust after import)."""
+    const = {n: a.get("value") for n, a in (record.get("axes") or {}).items() if a.get("type") == "const"}
+    for ref in loader.templates():
+        t = ref.template
+        if t.op_type == record.get("op_type") and set(t.inputs) == set(record.get("inputs") or ()) \
+                and t.definition_name(const) == record.get("name"):
+            return ref.key
+    return None
+
+
+def _outputs(results: list, definition: Definition) -> dict[str, Any]:
     import torch
 
     names = list(definition.outputs)
-    results = [r for r in call.results]
     if not any(isinstance(r, torch.Tensor) for r in results):
         raise Refused("the recorder holds no output tensor for this call (an in-place API that returns None "
                       "writes its outputs into its inputs after they were dumped)", "no-outputs")

@@ -1,0 +1,150 @@
+"""``ikdata capture`` records ``@flashinfer_api`` calls, with FlashInfer's own templates as the definitions.
+
+:func:`install` replaces ``flashinfer.api_logging.flashinfer_api`` (now, or right after that
+module is imported: FlashInfer's modules decorate their APIs at import, through it) with a
+decorator that applies FlashInfer's and wraps the result: each call of an API decorated
+with ``trace=TEMPLATE`` is rendered by the template (the definition FlashInfer would write),
+converted (:mod:`.convert`), and handed to :meth:`Capturer.record` with the call's inputs and
+outputs. FlashInfer's ``FLASHINFER_DUMP_INCLUDE`` / ``FLASHINFER_DUMP_EXCLUDE`` patterns select
+the APIs (fnmatch on the function name, as the recorder does). Inputs of an API that writes
+an output into an input (``residual``) are copied before the call; the output is that
+tensor after it. Under CUDA-graph capture nothing is read (see docs/flashinfer.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import inspect
+import os
+import sys
+from typing import Any
+
+WATCHED = "flashinfer.api_logging"
+_ORIGINAL = "__ikdata_original__"
+
+
+def selected(func_name: str) -> bool:
+    """FlashInfer's include/exclude rule (``api_logging._should_dump_function``), read from the environment."""
+    include = [p.strip() for p in os.environ.get("FLASHINFER_DUMP_INCLUDE", "").split(",") if p.strip()]
+    exclude = [p.strip() for p in os.environ.get("FLASHINFER_DUMP_EXCLUDE", "").split(",") if p.strip()]
+    if include and not any(fnmatch.fnmatch(func_name, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatch(func_name, p) for p in exclude)
+
+
+def install(cap: Any) -> None:
+    """Capture FlashInfer's decorated APIs: patch now if its recorder is loaded, else when it loads."""
+    from ikdata.flashinfer import loader
+
+    if not loader.available():
+        return
+    if WATCHED in sys.modules:
+        _patch(cap, sys.modules[WATCHED])
+        return
+    import ikdata_boot
+
+    ikdata_boot.watch(_patch_installed, WATCHED)
+
+
+def uninstall() -> None:
+    module = sys.modules.get(WATCHED)
+    original = getattr(getattr(module, "flashinfer_api", None), _ORIGINAL, None)
+    if original is not None:
+        module.flashinfer_api = original
+
+
+def _patch_installed() -> None:
+    from ikdata.capture import boot
+
+    cap = boot.current()
+    if cap is not None:
+        _patch(cap, sys.modules[WATCHED])
+
+
+def _patch(cap: Any, api_logging: Any) -> None:
+    original = api_logging.flashinfer_api
+    if getattr(original, _ORIGINAL, None) is not None:
+        return
+
+    def flashinfer_api(func: Any = None, *, trace: Any = None) -> Any:
+        def decorator(f: Any) -> Any:
+            wrapped = original(f, trace=trace)
+            return wrapped if trace is None else _recording(cap, f, wrapped, trace)
+
+        return decorator if func is None else decorator(func)
+
+    setattr(flashinfer_api, _ORIGINAL, original)
+    api_logging.flashinfer_api = flashinfer_api
+
+
+def _recording(cap: Any, f: Any, wrapped: Any, trace: Any) -> Any:
+    signature = inspect.signature(f)
+    fi_api = f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', f.__name__)}"
+
+    @functools.wraps(wrapped)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not (cap.enabled and selected(f.__name__)) or _graph_capturing():
+            return wrapped(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            template = trace if _is_template(trace) else trace(save_dir=None, name=None, **arguments)
+            before = _copies(template, arguments)
+        except Exception:  # noqa: BLE001  a call capture cannot read still runs
+            return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
+        try:
+            _record(cap, template, fi_api, arguments, before, result)
+        except Exception as exc:  # noqa: BLE001  counted as the capture's failure, never the program's
+            cap._fail(getattr(template, "name_prefix", None) or fi_api, exc)
+        return result
+
+    return call
+
+
+def _is_template(value: Any) -> bool:
+    return type(value).__name__ == "TraceTemplate"
+
+
+def _graph_capturing() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _copies(template: Any, arguments: dict) -> dict:
+    """Inputs written in place by the call, copied before it (their values after it are outputs)."""
+    import torch
+
+    written = {d.param for d in template.outputs.values() if getattr(d, "param", None)}
+    return {p: v.detach().clone() for p, v in arguments.items() if p in written and isinstance(v, torch.Tensor)}
+
+
+def _record(cap: Any, template: Any, fi_api: str, arguments: dict, before: dict, result: Any) -> None:
+    from ikdata.flashinfer import loader
+    from ikdata.flashinfer.convert import Refused
+    from ikdata.flashinfer.staging import Match, _no_trace_dump, workload
+
+    with _no_trace_dump():
+        record = template.build_fi_trace_fn(fi_api)(**arguments)
+    key = next((r.key for r in loader.templates() if r.template is template), None)
+    results = list(result) if isinstance(result, tuple) else [result]
+    if result is None or all(r is None for r in results):  # an in-place API: its outputs are the written inputs
+        results = [arguments.get(d.param) for d in template.outputs.values()]
+    inputs_now = {**arguments, **before}
+    try:
+        definition, inputs, outputs = workload(Match(template, key or "", record), record, inputs_now, results,
+                                               source="flashinfer")
+    except Refused as exc:
+        cap.refused[exc.code] = cap.refused.get(exc.code, 0) + 1
+        return
+    cap.user.setdefault(definition.name, definition)
+    variant = "_".join("x".join(map(str, v.shape)) for v in inputs.values() if hasattr(v, "shape"))
+    cap.record(definition.name, inputs, outputs, operation=fi_api, variant=variant or None)
+
+
+__all__ = ["WATCHED", "install", "selected", "uninstall"]
