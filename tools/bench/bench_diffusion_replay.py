@@ -1,9 +1,11 @@
 """Diffusion step replay benchmark: replay time per step against one bare denoiser forward on the same inputs.
 
-Run: .venv/bin/python tools/bench/bench_diffusion_replay.py [--quick] [--device cuda]
+Run: .venv/bin/python tools/bench/bench_diffusion_replay.py [--smoke] [--device cuda] [--case flow|stochastic]
 
-A trajectory of the tiny LTX-2 pipeline of tools/examples/tiny_video.py (both streams, CFG batch) is
-captured once. The baseline is one bare forward of the same denoiser (built once, warm) on the inputs
+Two schedulers: a flow-matching one (the tiny LTX-2 pipeline of tools/examples/tiny_video.py, both streams,
+CFG batch, FlowMatchEulerDiscreteScheduler) and a stochastic one (diffusers' DDPMPipeline with a tiny
+UNet2DModel: DDPMScheduler draws noise inside every step but the last, which the chain check replays from
+the record). A trajectory of each is captured once. The baseline is one bare forward of the same denoiser (built once, warm) on the inputs
 of each step, measured in the same run. Replay per step is the time the trajectory judge spends on one
 step (loading and verifying its blobs, the reference forward, the floor's second forward, the measures),
 median over the steps, best of the rounds; the whole trajectory's time divided by its steps (records,
@@ -28,16 +30,36 @@ sys.path[:0] = [str(ROOT / "tools" / "examples"), str(ROOT / "tools" / "bench")]
 from _bench import load_average  # noqa: E402
 
 
-def capture(root: Path, steps: int) -> None:
+CASES = {"flow": "flow-matching (LTX-2, FlowMatchEulerDiscreteScheduler)",
+         "stochastic": "stochastic (DDPMPipeline, UNet2DModel, DDPMScheduler)"}
+
+
+def _ddpm(steps: int) -> tuple:
+    import torch
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=32, in_channels=3, out_channels=3, layers_per_block=1,
+                       block_out_channels=(32, 64), norm_num_groups=8,
+                       down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                       up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+    pipe = DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, dict(batch_size=1, generator=torch.Generator("cpu").manual_seed(42), num_inference_steps=steps,
+                      output_type="np")
+
+
+def capture(root: Path, steps: int, case: str = "flow") -> None:
     import tiny_video
     from ikdata.capture import boot
     from ikdata.capture.config import CaptureConfig
     from ikdata.core.writer import DatasetWriter
 
-    pipe = tiny_video.build()
+    pipe, kwargs = (tiny_video.build(), tiny_video.call_kwargs(seed=42, steps=steps)) if case == "flow" \
+        else _ddpm(steps)
     boot.install(CaptureConfig(into=str(root), strict=True, only=("rmsnorm_f32_h99991",)))
     try:
-        pipe(**tiny_video.call_kwargs(seed=42, steps=steps))
+        pipe(**kwargs)
     finally:
         boot.uninstall()
     DatasetWriter(root).commit()
@@ -75,7 +97,7 @@ def bare_forward(root: Path, device: str, rounds: int) -> float:
     record = json.loads(next((root / "trajectories").glob("*.jsonl")).read_text().splitlines()[0])
     model = models.read_record(root, record["model"]["record"])
     state = {n: ds.store.get(TensorRef(p), device=device) for n, p in model.blob_paths().items()}
-    uuids = [s["workloads"]["denoiser"][0] for s in record["steps"] if s["stream"] == "video"]
+    uuids = [s["workloads"]["denoiser"][0] for s in record["steps"] if s["stream"] == record["streams"][0]]
     definition = ds.definitions[rows[uuids[0]].definition]
     run = load_reference(definition, trusted_definitions=ds.trusted_definitions)
     spec = {"record": dict(model.record), "state_dict": state}
@@ -94,48 +116,60 @@ def bare_forward(root: Path, device: str, rounds: int) -> float:
     return statistics.median(times)
 
 
+def measure(work: Path, case: str, device: str, steps: int, rounds: int) -> dict:
+    """Capture one trajectory of ``case`` and time its replay per step, with and without the floor."""
+    from ikdata.diffusion.replay import Settings
+
+    root = work / case
+    capture(root, steps, case)
+    cold = _judge(root, device, Settings())[0]
+    bare = bare_forward(root, device, rounds)
+    whole: dict[bool, list[float]] = {True: [], False: []}
+    step: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):  # interleaved, so both sides see the same machine load
+        for floor in (True, False):
+            seconds, n, median = _judge(root, device, Settings() if floor else Settings(alt_attention=None))
+            whole[floor].append(seconds / n)
+            step[floor].append(median)
+    return {"case": case, "scheduler": CASES[case], "device": device, "steps": steps, "rounds": rounds,
+            "bare_forward_ms": round(bare * 1e3, 2),
+            "step_ms_with_floor": round(min(step[True]) * 1e3, 2),
+            "step_ms_without_floor": round(min(step[False]) * 1e3, 2),
+            "ratio_with_floor": round(min(step[True]) / bare, 3),
+            "ratio_without_floor": round(min(step[False]) / bare, 3),
+            "whole_per_step_ms_with_floor": round(min(whole[True]) * 1e3, 2),
+            "whole_per_step_ms_without_floor": round(min(whole[False]) * 1e3, 2),
+            "cold_first_run_s": round(cold, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run)")
+    parser.add_argument("--smoke", action="store_true", help="fewest steps and one round (seconds; ratios still "
+                                                             "printed)")
+    parser.add_argument("--quick", action="store_true", help="the same as --smoke")
+    parser.add_argument("--case", choices=sorted(CASES), action="append", help="one scheduler (default: both)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     import torch
 
-    from ikdata.diffusion.replay import Settings
-
     torch.set_num_threads(1)
-    steps, rounds = (3, 1) if args.quick else (6, 3)
+    steps, rounds = (2, 1) if args.smoke or args.quick else (6, 3)
     work = Path(tempfile.mkdtemp(prefix="ikdata-bench-diffusion-replay-"))
     try:
         print(f"load average {load_average()}")
-        capture(work / "ds", steps)
-        cold = _judge(work / "ds", args.device, Settings())[0]
-        bare = bare_forward(work / "ds", args.device, rounds)
-        whole = {True: [], False: []}
-        step = {True: [], False: []}
-        for _ in range(rounds):  # interleaved, so both sides see the same machine load
-            for floor in (True, False):
-                seconds, n, median = _judge(work / "ds", args.device, Settings() if floor else Settings(alt_attention=None))
-                whole[floor].append(seconds / n)
-                step[floor].append(median)
-        found = {"device": args.device, "steps": steps, "rounds": rounds, "bare_forward_ms": round(bare * 1e3, 2),
-                 "step_ms_with_floor": round(min(step[True]) * 1e3, 2),
-                 "step_ms_without_floor": round(min(step[False]) * 1e3, 2),
-                 "ratio_with_floor": round(min(step[True]) / bare, 3),
-                 "ratio_without_floor": round(min(step[False]) / bare, 3),
-                 "whole_per_step_ms_with_floor": round(min(whole[True]) * 1e3, 2),
-                 "whole_per_step_ms_without_floor": round(min(whole[False]) * 1e3, 2),
-                 "cold_first_run_s": round(cold, 3)}
-        print(f"bare denoiser forward (median): {found['bare_forward_ms']} ms")
-        print(f"replay per step (median step, best of {rounds}): with the floor {found['step_ms_with_floor']} ms = "
-              f"{found['ratio_with_floor']}x (target <= 2.3x); without {found['step_ms_without_floor']} ms = "
-              f"{found['ratio_without_floor']}x (target <= 1.2x)")
-        print(f"whole trajectory / steps (reading the records, the model's blobs, noise and continuity checks "
-              f"included): {found['whole_per_step_ms_with_floor']} ms with the floor, "
-              f"{found['whole_per_step_ms_without_floor']} ms without; first run with the model build: "
-              f"{found['cold_first_run_s']} s")
+        for case in args.case or list(CASES):
+            found = measure(work, case, args.device, steps, rounds)
+            print(f"{found['scheduler']}:")
+            print(f"  bare denoiser forward (median): {found['bare_forward_ms']} ms")
+            print(f"  replay per step (median step, best of {rounds}): with the floor {found['step_ms_with_floor']} "
+                  f"ms = {found['ratio_with_floor']}x (target <= 2.3x); without {found['step_ms_without_floor']} ms = "
+                  f"{found['ratio_without_floor']}x (target <= 1.2x)")
+            print(f"  whole trajectory / steps (reading the records, the model's blobs, noise and continuity checks "
+                  f"included): {found['whole_per_step_ms_with_floor']} ms with the floor, "
+                  f"{found['whole_per_step_ms_without_floor']} ms without; first run with the model build: "
+                  f"{found['cold_first_run_s']} s")
+            print(json.dumps(found))
         print(f"load average {load_average()}")
-        print(json.dumps(found))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
