@@ -98,7 +98,7 @@ def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import
         if result.rejudged is not None and (result.rejudged.claimed or result.rejudged.trusted):
             out.info(result.rejudged.statement())
         if result.dataset_id:
-            out.info(f"{dst} is now {result.dataset_id[:12]} (parent {result.parent_id[:12]})")
+            out.info(f"{dst} is now {result.dataset_id[:12]}, merged from {src} ({result.parent_id[:12]})")
 
     o.result(result.to_dict(), human)
     o.exit(dry_run and (result.refused or result.conflicts))
