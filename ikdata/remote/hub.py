@@ -158,7 +158,10 @@ class HubBackend(Backend):
     def upload_in_order(self, first: Sequence[Upload], then: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
                         progress: ProgressCallback | None = None) -> None:
         """One set of commits for both: a commit is atomic, and ``then`` follows ``first`` in commit order."""
+        from ikdata.core.faults import checkpoint
+
         self.upload(list(first) + list(then), jobs=jobs, progress=progress)
+        checkpoint("packs-sent")
 
     def check_remote(self, objects: Sequence[Relied], *, jobs: int = DEFAULT_JOBS) -> RemoteCheck:
         """Compare each listed content id (LFS sha256, else git blob id) with the local bytes'; an object the

@@ -244,9 +244,13 @@ class Landed:
         return self
 
 
-def plan_ranges(members: Iterable[PackedBlob], *, gap: int = RANGE_GAP, most: int = RANGE_MAX) -> list[list[PackedBlob]]:
+def plan_ranges(members: Iterable[PackedBlob], *, gap: int | None = None,
+                most: int | None = None) -> list[list[PackedBlob]]:
     """Members grouped into byte ranges to read: in offset order, a member joins the previous range when the
-    gap between them is at most ``gap`` and the range stays within ``most`` bytes."""
+    gap between them is at most ``gap`` (:data:`RANGE_GAP`) and the range stays within ``most`` bytes
+    (:data:`RANGE_MAX`)."""
+    gap = RANGE_GAP if gap is None else gap
+    most = RANGE_MAX if most is None else most
     groups: list[list[PackedBlob]] = []
     for member in sorted(members, key=lambda m: m.offset):
         if groups:
