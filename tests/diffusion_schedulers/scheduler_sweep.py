@@ -204,7 +204,8 @@ class Sweep:
     report: dict = field(default_factory=dict)
 
 
-def capture(root: Path, chosen: list[Variant], perturbations: tuple[str, ...] = PERTURBATIONS, seed: int = 3) -> Sweep:
+def capture(root: Path, chosen: list[Variant], perturbations: tuple[str, ...] = PERTURBATIONS, seed: int = 3,
+            honest: bool = True) -> Sweep:
     """Run the pipeline with every chosen variant, honest and with each perturbation (``noise`` only where the
     honest step drew noise; each call its own seed, so no two calls share a workload), capturing into ``root``."""
     import numpy as np
@@ -225,6 +226,8 @@ def capture(root: Path, chosen: list[Variant], perturbations: tuple[str, ...] = 
                 sweep.left_out[variant.label] = why
                 continue
             for number, perturbation in enumerate((None, *perturbations)):
+                if perturbation is None and not honest:
+                    continue
                 if perturbation == "noise" and not _draws_noise(sweep, variant):
                     continue  # a deterministic step: no noise to scale
                 pipe = pipeline_class(unet=model, scheduler=engine_scheduler(variant, perturbation))
