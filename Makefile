@@ -24,8 +24,9 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
+# make bench BENCH_ARGS="--skip remote" (or --smoke, --only stats,validate)
 bench: setup
-	$(PY) tools/bench/run_all.py
+	$(PY) tools/bench/run_all.py $(BENCH_ARGS)
 
 # A headless Chromium for the report-page tests (tests/report_page, tests/security): Debian's chromium,
 # installed when running as root with apt-get; never fatal (without one those tests skip, saying why).
