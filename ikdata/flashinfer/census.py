@@ -18,9 +18,12 @@ from ikdata.flashinfer import loader
 from ikdata.flashinfer.convert import Refused, convert
 
 
-def census(memory_limit: int = 3 << 30) -> dict[str, Any]:
+def census(memory_limit: int = 3 << 30, seconds: int = 20) -> dict[str, Any]:
     """Count every installed template; the process's data size is capped at ``memory_limit`` bytes, so a
-    template whose init needs more (MoE with hundreds of experts at model sizes) counts as too large."""
+    template whose init needs more (MoE with hundreds of experts at model sizes) counts as too large, and one
+    whose init and reference take over ``seconds`` on this CPU counts as too slow."""
+    import signal
+
     import gc
     import resource
 
@@ -31,9 +34,15 @@ def census(memory_limit: int = 3 << 30) -> dict[str, Any]:
 
     counts: collections.Counter = collections.Counter()
     reasons: collections.Counter = collections.Counter()
+    def _slow(signum: int, frame: Any) -> None:
+        raise TimeoutError
+
+    signal.signal(signal.SIGALRM, _slow)
     for ref in loader.templates():
+        signal.alarm(0)
         counts["templates"] += 1
         t = ref.template
+        signal.alarm(seconds)
         try:
             if t.init is None or t.reference is None:
                 raise Refused("no init or no reference", "no-init" if t.init is None else "no-reference")
@@ -51,6 +60,9 @@ def census(memory_limit: int = 3 << 30) -> dict[str, Any]:
             continue
         except MemoryError:
             reasons["init too large for the census's memory cap"] += 1
+            continue
+        except TimeoutError:
+            reasons["init too slow on this CPU"] += 1
             continue
         except Exception as exc:  # noqa: BLE001  init needs CUDA or a GPU-only module
             text = str(exc)
@@ -89,7 +101,10 @@ def census(memory_limit: int = 3 << 30) -> dict[str, Any]:
             with torch.no_grad():
                 run(**args)
             counts["replays_on_cpu"] += 1
+        except TimeoutError:
+            reasons["reference too slow on this CPU"] += 1
         except Exception as exc:  # noqa: BLE001
             reasons[f"reference fails on CPU ({type(exc).__name__})"] += 1
+    signal.alarm(0)
     resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
     return {"counts": dict(counts), "refused_or_not_replayed": dict(reasons.most_common())}

@@ -161,8 +161,12 @@ def load_pt(path: Path) -> dict:
 
     import torch
 
+    import warnings
+
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of files torch.save wrote
+            warnings.simplefilter("ignore")
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _skip(f"{path.name} refused: torch.load(weights_only=True) would not load it ({reason}); ikdata "

@@ -105,6 +105,7 @@ class Source:
     problems: list[Problem] = field(default_factory=list)
     paths: PathResolver | None = None  # SRC's path rule: every file read from SRC passes it first
     extra_definitions: tuple = ()  # trusted definition folders SRC's reading added (FlashInfer staging)
+    definitions_alone: tuple = ()  # definitions SRC brings without workloads (a FlashInfer definitions folder)
 
 
 def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLike] = (),
@@ -161,6 +162,8 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
     if staged is not None:
         source.left_out += fi_left_out
         source.extra_definitions = tuple(definitions)
+        if not source.rows:
+            source.definitions_alone = tuple(sorted(source.definitions))
     return source
 
 

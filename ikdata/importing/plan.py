@@ -340,6 +340,8 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         if claimed:
             plan.claims.append(uuid)
         plan.added.append(uuid)
+    for name in sorted(getattr(source, "definitions_alone", ())):  # a FlashInfer definitions folder: its definitions
+        _definition_target(source.definitions[name], dst_defs, plan)
     if source.layout == "ikdata":  # trajectories and models ride with the workloads they tie together
         plan.carried = plan_carried(Path(source.root), dst, set(plan.added) | set(plan.skipped) | set(dst_rows))
         if plan.carried.problems:
