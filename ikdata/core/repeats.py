@@ -13,7 +13,7 @@ for one uuid are two captures of the same call. Their outputs decide what that m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, MutableMapping
 
 from ikdata.core.digest import canonical_json
 from ikdata.core.problems import Problem
@@ -54,8 +54,9 @@ class Repeat:
 class Repeats:
     """Receipts met one by one: which are repeats of the same capture, and which uuids disagree."""
 
-    def __init__(self) -> None:
-        self._first: dict[str, tuple[bytes, str, int | None]] = {}
+    def __init__(self, first: MutableMapping[str, tuple[bytes, str, int | None]] | None = None) -> None:
+        # uuid -> the first receipt's (outputs key, path, line); a reader of 10M receipts passes one on disk
+        self._first = {} if first is None else first
         self.found: dict[str, Repeat] = {}
 
     def see(self, uuid: str, expected_output: Mapping[str, Any], path: str, line: int | None) -> bool:

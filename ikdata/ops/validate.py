@@ -167,15 +167,16 @@ def validate(ds: Dataset | str | os.PathLike, *, deep: bool = False, jobs: int |
     ds = Dataset.open(ds)  # a path or a Dataset alike
     report = ValidationReport(deep=deep)
     prehash = _Prehash(ds, jobs, progress) if deep else None  # hashes blobs while the records are checked
-    # Per-row state (each uuid's row, each tensor use) moves to temporary files past the spill
+    # Per-row state (each uuid's row and first receipt, each tensor use) moves to temporary files past the spill
     # threshold (ikdata.core.spill), so memory stays bounded at 10M rows; results are the same.
-    rows, uses = spill.UuidMap(), _Uses()
+    rows, first_receipts, uses = spill.UuidMap(), spill.UuidMap(), _Uses()
     try:
-        _validate(ds, report, prehash, rows, uses, deep=deep, jobs=jobs, progress=progress)
+        _validate(ds, report, prehash, rows, first_receipts, uses, deep=deep, jobs=jobs, progress=progress)
     finally:
         if prehash is not None:
             prehash.cancel()
         rows.close()
+        first_receipts.close()
         uses.close()
     return report
 
@@ -218,7 +219,7 @@ class _Prehash:
 
 
 def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, rows_by_uuid: spill.UuidMap,
-              uses: _Uses, *, deep: bool, jobs: int | None, progress: ProgressCallback | None = None) -> None:
+              first_receipts: spill.UuidMap, uses: _Uses, *, deep: bool, jobs: int | None, progress: ProgressCallback | None = None) -> None:
     problems = report.problems
     definitions = ds.definitions
     problems += ds.definition_problems
@@ -256,7 +257,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
 
     declared: dict[str, list[str]] = {}
     contexts: dict[str, tuple[str, int | None]] = {}  # shared contexts receipts name (core.verdicts): checked once
-    seen = repeats.Repeats()  # one uuid, two receipts: the one rule (core.repeats)
+    seen = repeats.Repeats(first_receipts)  # one uuid, two receipts: the one rule (core.repeats)
     for receipt in ds.receipts(validate=True):
         report.receipts += 1
         if not seen.see(receipt.uuid, receipt.expected_output, receipt.source, receipt.line):
@@ -449,22 +450,29 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
                  jobs: int | None, prehash: _Prehash | None = None,
                  progress: ProgressCallback | None = None) -> None:
     problems = report.problems
-    files: dict[str, Path | None] = {}
+    root = ds.root
+    files: dict[str, str | None] = {}  # descriptor path -> itself, or None where the path rule refuses it
+    refused: dict[str, RecordError] = {}
     if prehash is not None:
         stored, inside = prehash.stored, set(prehash.paths)
     else:
         stored, inside = _scan(ds)
-    resolved = ds.resolve_all(uses.paths(), known_inside=inside)
-    for rel, found in resolved.items():
-        files[rel] = None if isinstance(found, RecordError) else found
-    if None in files.values():  # a refused path: said at each use of it
-        for use in uses:
-            found = resolved[use.ref.path]
+    wanted = uses.paths()
+    for i in range(0, len(wanted), 8192):  # a chunk at a time: no Path object is kept per blob
+        for rel, found in ds.resolve_all(wanted[i:i + 8192], known_inside=inside).items():
             if isinstance(found, RecordError):
+                refused[rel] = found
+                files[rel] = None
+            else:
+                files[rel] = rel
+    del wanted
+    if refused:  # a refused path: said at each use of it
+        for use in uses:
+            found = refused.get(use.ref.path)
+            if found is not None:
                 problems.append(Problem(use.where, str(found).lstrip(": "), use.line, use.pointer + "/path",
                                         "unsafe-path"))
-    readable = {rel: path for rel, path in files.items()
-                if path is not None and (rel in stored or path.is_file())}
+    readable = [rel for rel, ok in files.items() if ok is not None and (rel in stored or (root / rel).is_file())]
     entries: dict[str, list[TensorEntry] | str] = {}
     if deep:
         unreferenced = ds.resolve_all(rel for rel in stored if rel not in files)
@@ -472,10 +480,9 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
             if isinstance(found, RecordError):
                 problems.append(Problem(rel, str(found).lstrip(": ") + "; not rehashed", code="unsafe-path"))
         paths = sorted(set(readable) | {rel for rel, found in unreferenced.items() if isinstance(found, Path)})
-        root = str(ds.root)
         done = prehash.wait() if prehash is not None else {}
         rest = [p for p in paths if p not in done]
-        found = dict(zip(rest, rehash_files([os.path.join(root, p) for p in rest], jobs=jobs)))
+        found = dict(zip(rest, rehash_files([os.path.join(str(root), p) for p in rest], jobs=jobs)))
         if progress and rest:  # links and late files, rehashed here rather than by the prehash
             progress(Progress("rehash", len(paths), len(paths)))
         for rel in paths:
@@ -489,7 +496,7 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
                 problems.append(Problem(rel, mismatch, code="digest-mismatch"))
     else:
         workers = jobs or os.cpu_count() or 1
-        paths = list(readable.values())
+        paths = [root / rel for rel in readable]
         batch = max(1, min(256, len(paths) // (workers * 8) or 1))
         batches = [paths[i:i + batch] for i in range(0, len(paths), batch)]
         with ThreadPoolExecutor(max_workers=workers) as pool:
