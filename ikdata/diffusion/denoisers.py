@@ -1,9 +1,11 @@
 """Denoisers of Diffusers pipelines and the shipped definitions their forward calls are workloads of.
 
-Each supported denoiser class maps its forward call (as the pipeline makes it) to the inputs and
-outputs of a shipped definition under ``definitions/diffusion/`` (``op_type`` ``denoiser``), whose
-reference needs the model. A class without a mapping is captured in the trajectory only, and the
-trajectory says why no denoiser workload was written.
+LTX-2, LTX and UNet2DModel map their forward call (as the pipeline makes it) to the inputs and outputs
+of a shipped definition under ``definitions/diffusion/`` (``op_type`` ``denoiser``), whose reference
+needs the model. Every other Diffusers model (a ``ModelMixin``) is mapped from the call itself
+(:mod:`ikdata.diffusion.discovery`): its arguments are the inputs of a definition made for the
+call's structure. A pipeline ikdata refuses (:mod:`ikdata.diffusion.adapters`) is captured in the
+trajectory only, and the trajectory says why no denoiser workload was written.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def denoiser_of(pipe: Any) -> Any:
 
 
 def known(module: Any) -> bool:
-    return type(module).__name__ in _FAMILIES
+    """Whether ikdata maps this denoiser's calls: a shipped family, or any Diffusers model (discovered)."""
+    return type(module).__name__ in _FAMILIES or any(c.__name__ == "ModelMixin" for c in type(module).__mro__)
 
 
 def definition_for(module: Any, dtype: Any) -> Definition | None:
@@ -54,6 +57,7 @@ def map_call(module: Any, args: tuple, kwargs: dict, output: Any) -> tuple[Defin
 
     Raises:
         KeyError, TypeError: the call lacks an argument the definition needs (the recorder notes it).
+        ValueError: an argument of a discovered call that cannot be recorded (the recorder notes it).
     """
     name = type(module).__name__
     if name == "UNet2DModel":
@@ -89,7 +93,13 @@ def map_call(module: Any, args: tuple, kwargs: dict, output: Any) -> tuple[Defin
         inputs["fps"] = float(inputs["fps"])
         video, audio = (output[0], output[1]) if isinstance(output, tuple) else (output.sample, output.audio_sample)
         return definition, inputs, {"out": video, "audio_out": audio}
-    return None
+    if name in _FAMILIES:
+        return None
+    from ikdata.diffusion import discovery
+
+    call = discovery.flatten(module, args, kwargs)
+    outputs = discovery.outputs_of(output)
+    return discovery.definition_for(module, call, outputs), call.values, outputs
 
 
 __all__ = ["shipped", "denoiser_of", "known", "definition_for", "map_call"]

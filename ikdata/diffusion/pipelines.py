@@ -16,25 +16,27 @@ from typing import Any, Callable
 
 import torch
 
-# denoiser class -> stream -> (forward input holding the stream's latents, forward output of that stream)
+# Declared hints (:mod:`ikdata.diffusion.streams` discovers the rest): a denoiser whose streams could have equal
+# shapes. denoiser class -> stream -> (forward input holding the stream's latents, forward output of that stream)
 STREAMS: dict[str, dict[str, tuple[str, str]]] = {
     "LTX2VideoTransformer3DModel": {"video": ("hidden_states", "out"), "audio": ("audio_hidden_states", "audio_out")},
-    "LTXVideoTransformer3DModel": {"video": ("hidden_states", "out")},
-    "UNet2DModel": {"image": ("sample", "out"), "video": ("sample", "out")},
 }
+SCALES = ("guidance_scale", "true_cfg_scale")  # request fields that scale classifier-free guidance
 
 
 @dataclass(frozen=True)
 class Combination:
-    """How a pipeline turns the denoiser's raw output (CFG batch included) into the step's ``out``."""
+    """How a pipeline turns the denoiser's raw outputs of one step (one per call, CFG batch included) into the
+    step's ``out``."""
 
     name: str
-    apply: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (raw, x, sigma) -> out
+    apply: Callable[[list, torch.Tensor, torch.Tensor], torch.Tensor]  # (raws per call, x, sigma) -> out
 
 
-def guidance(request: dict, pipeline_class: str, stream: str) -> dict[str, float]:
-    """The guidance settings of one stream: scale and rescale, from the request, else the pipeline's defaults
-    (LTX-2's audio stream has its own, falling back to the video's)."""
+def guidance(request: dict, pipeline_class: str, stream: str) -> dict[str, Any]:
+    """The guidance settings of one stream: the candidate scales (``guidance_scale``, Flux's ``true_cfg_scale``)
+    and the rescale, from the request, else the pipeline's defaults (LTX-2's audio stream has its own, falling
+    back to the video's)."""
     defaults: dict[str, Any] = {}
     try:
         import inspect
@@ -50,11 +52,13 @@ def guidance(request: dict, pipeline_class: str, stream: str) -> dict[str, float
         found = request.get(name)
         return found if found is not None else defaults.get(name)
 
-    scale, rescale = value("guidance_scale"), value("guidance_rescale") or 0.0
+    scales = [value(n) for n in SCALES]
+    rescale = value("guidance_rescale") or 0.0
     if stream == "audio" and "audio_guidance_scale" in (set(request) | set(defaults)):
-        scale = value("audio_guidance_scale") or scale
+        scales = [value("audio_guidance_scale") or scales[0]]
         rescale = value("audio_guidance_rescale") or rescale
-    return {"scale": float(scale) if scale is not None else None, "rescale": float(rescale)}
+    found = [float(v) for v in scales if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return {"scale": found[0] if found else None, "scales": list(dict.fromkeys(found)), "rescale": float(rescale)}
 
 
 def _rescale(guided: torch.Tensor, cond: torch.Tensor, factor: float) -> torch.Tensor:
@@ -66,26 +70,51 @@ def _rescale(guided: torch.Tensor, cond: torch.Tensor, factor: float) -> torch.T
     return factor * rescaled + (1 - factor) * guided
 
 
-def combinations(settings: dict[str, Any], batch_ratio: int) -> list[Combination]:
-    """The candidate combinations for a forward batch ``batch_ratio`` times the latent's batch, with the
-    stream's guidance ``settings`` (:func:`guidance`)."""
-    if batch_ratio == 1:
-        return [Combination("none", lambda raw, x, sigma: raw)]
-    if batch_ratio != 2 or settings.get("scale") is None:
-        return []
-    g, r = float(settings["scale"]), float(settings.get("rescale") or 0.0)
+def combinations(settings: dict[str, Any], ratios: list[int] | int) -> list[Combination]:
+    """The candidate combinations of a step's denoiser calls, each ``ratios[c]`` times the latent's batch, with
+    the stream's guidance ``settings`` (:func:`guidance`): one call of the latent's batch (no guidance); one CFG
+    batch (unconditional first) guided on the prediction (SD, SD3, PixArt, CogVideoX, LTX) or on x0 (LTX-2);
+    two calls, conditional then unconditional (Wan, Flux's true CFG), or the other way round."""
+    ratios = [ratios] if isinstance(ratios, int) else list(ratios)
+    scales = settings.get("scales") or ([settings["scale"]] if settings.get("scale") is not None else [])
+    r = float(settings.get("rescale") or 0.0)
+    if ratios == [1]:
+        return [Combination("none", lambda raws, x, sigma: raws[0])]
+    found: list[Combination] = []
+    for g in (float(s) for s in scales):
+        suffix = "" if g == float(scales[0]) else f"@{g:g}"
+        if ratios == [2]:
+            found += [Combination("cfg-x0" + suffix, _x0_form(g, r)), Combination("cfg" + suffix, _plain(g, r))]
+        elif ratios == [1, 1]:
+            found += [Combination("cfg-2calls" + suffix, _two_calls(g, r, cond_first=True)),
+                      Combination("cfg-2calls-uncond-first" + suffix, _two_calls(g, r, cond_first=False))]
+    return found
 
-    def plain(raw: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        uncond, cond = raw.float().chunk(2)  # LTX, SD-style: on the velocity / noise prediction
+
+def _plain(g: float, r: float) -> Callable:
+    def plain(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        uncond, cond = raws[0].float().chunk(2)  # LTX, SD-style: on the velocity / noise prediction
         return _rescale(uncond + g * (cond - uncond), cond, r)
 
-    def x0_form(raw: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        uncond, cond = raw.float().chunk(2)  # LTX-2: on the x0 prediction, in delta form, rescaled there
+    return plain
+
+
+def _x0_form(g: float, r: float) -> Callable:
+    def x0_form(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        uncond, cond = raws[0].float().chunk(2)  # LTX-2: on the x0 prediction, in delta form, rescaled there
         cond_x0, uncond_x0 = x - cond * sigma, x - uncond * sigma
         guided = cond_x0 + (g - 1) * (cond_x0 - uncond_x0)
         return (x - _rescale(guided, cond_x0, r)) / sigma
 
-    return [Combination("cfg-x0", x0_form), Combination("cfg", plain)]
+    return x0_form
+
+
+def _two_calls(g: float, r: float, *, cond_first: bool) -> Callable:
+    def two_calls(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        cond, uncond = (raws[0], raws[1]) if cond_first else (raws[1], raws[0])
+        return _rescale(uncond + g * (cond - uncond), cond, r)
+
+    return two_calls
 
 
 def reference_schedule(scheduler_class: str, config: dict, steps: int, seq_len: int | None,

@@ -244,15 +244,21 @@ class TrajectoryRecorder:
         import torch
 
         same = False
+        layout = None
         if isinstance(generator, torch.Generator) and generator.device.type == "cpu" and drawn.dtype == torch.float32:
             recipe = noise_mod.draw(generator.initial_seed(), [noise_mod.Stream(f"s{k}", tuple(d.shape))
                                                               for k, (_, d) in enumerate(self.draws[:order + 1])])
-            same = torch.equal(recipe[f"s{order}"], drawn) and _matches_packed(self.pipe, stream, sample, drawn)
+            layout = _matches_packed(self.pipe, stream, sample, drawn)
+            same = torch.equal(recipe[f"s{order}"], drawn) and layout is not None
+            if not torch.equal(recipe[f"s{order}"], drawn) and not self.noise_reason:
+                self.noise_reason = (f"stream {stream!r}: the noise drawn is not the recipe's for the generator's seed "
+                                     f"{generator.initial_seed()} (something was drawn from the generator first)")
         elif not self.noise_reason:
             self.noise_reason = "the noise was not drawn as float32 from a CPU torch.Generator"
         if not same and not self.noise_reason:
-            self.noise_reason = (f"stream {stream!r}: the first latents are not the recipe's noise for the seed "
-                                 "(another generator state, order or layout)")
+            self.noise_reason = (f"stream {stream!r}: the first latents are not the drawn noise as drawn, packed by the "
+                                 "pipeline's _pack_latents, or times the scheduler's init_noise_sigma (the pipeline "
+                                 "made them another way)")
         self.noise_check[stream] = bool(same)
 
     def _install_denoiser_hook(self) -> None:
@@ -262,8 +268,15 @@ class TrajectoryRecorder:
         if module is None or not hasattr(module, "register_forward_hook"):
             self.denoiser_skipped = "the pipeline has no transformer or unet"
             return
-        if denoisers.definition_for(module, None) is None and not denoisers.known(module):
-            self.denoiser_skipped = f"no shipped denoiser definition for {type(module).__name__}"
+        from ikdata.diffusion import adapters
+
+        refused = adapters.refusal(self.pipe)
+        if refused:
+            self.denoiser_skipped = refused
+            return
+        if not denoisers.known(module):
+            self.denoiser_skipped = (f"{type(module).__name__} is not a Diffusers model (ModelMixin): ikdata maps the "
+                                     "calls of Diffusers denoisers only")
             return
         self.hook_handle = module.register_forward_hook(self._on_forward, with_kwargs=True)
 
@@ -379,29 +392,20 @@ def _scheduler_step_definition(sched: Any, args: tuple, kwargs: dict, timestep: 
     return None
 
 
-def _matches_packed(pipe: Any, stream: str, sample: Any, drawn: Any) -> bool:
-    """Whether ``sample`` is ``drawn`` as is or in the pipeline's packed layout (LTX, LTX-2)."""
+def _matches_packed(pipe: Any, stream: str, sample: Any, drawn: Any) -> str | None:
+    """How ``sample`` was made from ``drawn`` (as drawn, packed by the pipeline, times ``init_noise_sigma``:
+    :func:`ikdata.diffusion.adapters.noise_layouts`), or None when it is none of them."""
     import torch
 
+    from ikdata.diffusion import adapters
+
     if sample.numel() != drawn.numel():
-        return False
-    candidates = [drawn]
-    if stream != "audio" and hasattr(pipe, "_pack_latents"):
-        try:
-            candidates.append(pipe._pack_latents(drawn, getattr(pipe, "transformer_spatial_patch_size", 1),
-                                                 getattr(pipe, "transformer_temporal_patch_size", 1)))
-        except Exception:  # noqa: BLE001  another packing signature
-            pass
-    if stream == "audio" and hasattr(pipe, "_pack_audio_latents"):
-        try:
-            candidates.append(pipe._pack_audio_latents(drawn))
-        except Exception:  # noqa: BLE001
-            pass
+        return None
     target = sample.detach().to("cpu")
-    for candidate in candidates:
+    for name, candidate in adapters.noise_layouts(pipe, stream, drawn):
         if tuple(candidate.shape) == tuple(target.shape) and torch.equal(candidate.to(target.dtype), target):
-            return True
-    return False
+            return name
+    return None
 
 
 def _number(value: Any) -> float | None:

@@ -301,7 +301,6 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         "steps": [], "continuity": [], "noise": {}, "schedule": {}, "decode": None, "level": None, "notes": []}
     _check_limits(ctx, traj)  # before a schedule, a noise draw or a scheduler is made from the record
     measures["continuity"] = _continuity(ctx, traj)
-    measures["noise"] = _noise(ctx, traj)
     expected = int(record["request"]["steps"])
     first_x = next((s for s in record["steps"] if s["stream"] == streams[0]), None)
     seq_len = first_x["x"]["shape"][1] if first_x and len(first_x["x"].get("shape") or []) == 3 else None
@@ -311,22 +310,20 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
                                         arguments)
     measures["schedule_from"] = "set_timesteps(recorded arguments)" if arguments is not None else "formula"
     reference = families.schedule_values(sched, len(sched.timesteps))
+    measures["noise"] = _noise(ctx, traj, sched)
     measures["schedule"] = _schedule_check(record, reference, expected)
     if measures["schedule"]["stopped"]:
         return measures
-    model_class = (model_summary.get("class") or "")
-    io = families.STREAMS.get(model_class)
-    if io is None:
-        raise RecordError(f"replay does not know the streams of denoiser {model_class!r}; known: "
-                          f"{', '.join(families.STREAMS)}", path=where)
+    io = families.STREAMS.get(model_summary.get("class") or "", {})  # declared hints; the rest is discovered
     model = _model(ctx, record, traj.source, traj.line)
     measures["fallback_tolerance"], measures["fallback_from"] = _fallback(ctx, traj)
     steps_by_index: dict[int, dict[str, dict]] = {}
     for step in record["steps"]:
         steps_by_index.setdefault(step["index"], {})[step["stream"]] = step
+    chosen = _guidance(ctx, traj, steps_by_index, io, sched, reference, measures)
     for index in sorted(steps_by_index):
         started = time.perf_counter()
-        rows = _step(ctx, traj, index, steps_by_index[index], io, model, sched, reference, measures)
+        rows = _step(ctx, traj, index, steps_by_index[index], io, model, sched, reference, measures, chosen)
         for row in rows:  # the step's whole time (loads, forwards, measures), shared by its streams
             row["seconds"] = time.perf_counter() - started
         measures["steps"] += rows
@@ -464,50 +461,73 @@ def _continuity(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]
     return found
 
 
-def _noise(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
+def _noise(ctx: _Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[str, Any]:
     """Each stream's first x against the recipe's noise for the recorded seed, compared as a multiset of
-    values (the pipeline may pack the latents into another layout)."""
+    values (the pipeline may pack the latents into another layout), as drawn or scaled by the reference
+    scheduler's ``init_noise_sigma`` (Euler and the other sigma schedulers start from noise times it)."""
     record = traj.record
     noise, where = record["noise"], f"{traj.source}:{traj.line}"
     seed = ctx.settings.seed if ctx.settings.seed is not None else noise.get("seed")
     shapes = {s["name"]: s["shape"] for s in noise.get("streams") or []}
     found: dict[str, Any] = {}
     if seed is None or not shapes:
-        return {s: {"equal": None, "note": "no seed or noise shapes recorded"} for s in record["streams"]}
+        why = noise.get("reason") or "no seed or noise shapes recorded"
+        return {s: {"equal": None, "note": f"cannot decide: {why}"} for s in record["streams"]}
     compared = [s for s in record["streams"] if s in shapes and traj.steps_of(s)[:1]
                 and traj.steps_of(s)[0]["index"] == 0]
     drawn = noise_mod.draw(int(seed), [noise_mod.Stream(n, tuple(shape)) for n, shape in shapes.items()]) \
         if compared else {}  # sized by _check_limits; nothing is drawn when no step 0 is there to compare
+    sigma = getattr(sched, "init_noise_sigma", 1.0) if sched is not None else 1.0
     for stream in record["streams"]:
         first = traj.steps_of(stream)[:1]
         if not first or first[0]["index"] != 0 or stream not in drawn:
-            found[stream] = {"equal": None, "note": "step 0 not captured, or no recipe shape for the stream"}
+            found[stream] = {"equal": None, "note": "cannot decide: step 0 of the stream is not captured, or the "
+                                                    "pipeline drew no noise from a generator for it"}
             continue
         x = ctx.tensor(first[0]["x"], where).float().flatten().sort().values
-        want = drawn[stream].flatten().sort().values
-        if x.numel() != want.numel():
-            found[stream] = {"equal": False, "rel": math.inf, "method": "sorted values"}
-            continue
-        equal = bool(torch.equal(x, want))
-        found[stream] = {"equal": equal, "rel": 0.0 if equal else _rel(x, want), "method": "sorted values"}
+        candidates = [("sorted values", drawn[stream])]
+        if float(sigma) != 1.0:
+            candidates.append(("sorted values, times init_noise_sigma", drawn[stream] * sigma))
+        best: dict[str, Any] | None = None
+        for method, tensor in candidates:
+            want = tensor.float().flatten().sort().values
+            if x.numel() != want.numel():
+                best = best or {"equal": False, "rel": math.inf, "method": method,
+                                "note": f"the first x has {x.numel()} values, the recipe's noise {want.numel()}"}
+                continue
+            equal = bool(torch.equal(x, want))
+            item = {"equal": equal, "rel": 0.0 if equal else _rel(x, want), "method": method}
+            if best is None or equal or (not best["equal"] and item["rel"] < best["rel"]):
+                best = item
+            if equal:
+                break
+        found[stream] = best
     return found
 
 
 def _conditioning(ctx: _Context, step: dict, where: str) -> tuple[Any, dict, dict]:
     """(definition, inputs, engine raw outputs) of a step's first denoiser workload."""
+    return _calls(ctx, step, where)[0]
+
+
+def _calls(ctx: _Context, step: dict, where: str) -> list[tuple[Any, dict, dict]]:
+    """(definition, inputs, engine raw outputs) of each denoiser workload of a step, in call order."""
     uuids = (step.get("workloads") or {}).get("denoiser") or []
     if not uuids:
         why = (step.get("skipped") or {}).get("denoiser", "the step names no denoiser workload")
         raise RecordError(f"step {step['index']}: no denoiser workload to replay ({why})", path=where)
-    row = ctx.rows.get(uuids[0])
-    receipt = ctx.run.receipts.get(uuids[0])
-    if row is None or receipt is None:
-        raise RecordError(f"step {step['index']}: denoiser workload {uuids[0]} has no row or receipt", path=where)
-    definition = ctx.run.ds.definitions.get(row.definition)
-    if definition is None:
-        raise RecordError(f"step {step['index']}: no definition {row.definition!r}", path=where)
-    return (definition, _values(ctx, definition.inputs, row.inputs, f"{row.source}:{row.line}"),
-            _values(ctx, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}"))
+    found = []
+    for uuid in uuids:
+        row = ctx.rows.get(uuid)
+        receipt = ctx.run.receipts.get(uuid)
+        if row is None or receipt is None:
+            raise RecordError(f"step {step['index']}: denoiser workload {uuid} has no row or receipt", path=where)
+        definition = ctx.run.ds.definitions.get(row.definition)
+        if definition is None:
+            raise RecordError(f"step {step['index']}: no definition {row.definition!r}", path=where)
+        found.append((definition, _values(ctx, definition.inputs, row.inputs, f"{row.source}:{row.line}"),
+                      _values(ctx, definition.outputs, receipt.expected_output, f"{receipt.source}:{receipt.line}")))
+    return found
 
 
 def _values(ctx: _Context, specs: Mapping[str, Any], descriptors: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -527,6 +547,19 @@ def _values(ctx: _Context, specs: Mapping[str, Any], descriptors: Mapping[str, A
 
 
 def _forward(ctx: _Context, definition: Any, inputs: dict, model: dict, attention: str) -> dict[str, torch.Tensor]:
+    """The reference denoiser's raw outputs on ``inputs``: a discovered call (a definition ikdata generated) by
+    ikdata's own forward of the recorded Diffusers model, a shipped family by its trusted reference."""
+    from ikdata.diffusion import discovery
+
+    if discovery.is_generic(definition):
+        problem = discovery.check_generic(definition)
+        if problem:
+            raise RecordError(problem, path=f"definitions/{definition.op_type}/{definition.name}.json")
+        try:
+            with floor.attention(attention):
+                return discovery.forward(definition, inputs, model)
+        except ValueError as exc:  # a model class diffusers does not export
+            raise RecordError(str(exc), path=f"definitions/{definition.op_type}/{definition.name}.json") from None
     reference = ctx.hooks.reference(ctx.run, definition, None)
     if reference is None:
         raise RecordError(f"the denoiser definition {definition.name} is not trusted; trust it to replay steps",
@@ -536,47 +569,103 @@ def _forward(ctx: _Context, definition: Any, inputs: dict, model: dict, attentio
     return ctx.hooks.name_outputs(definition, returned)
 
 
-def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[str, dict], io: dict, model: dict,
-          sched: Any, reference: list, measures: dict) -> list[dict[str, Any]]:
-    settings, where = ctx.settings, f"{traj.source}:{traj.line}"
+def _sigma(reference: list, index: int) -> torch.Tensor:
+    sigma_ref = reference[index][0] if index < len(reference) else None
+    return torch.tensor(sigma_ref if sigma_ref is not None else 1.0, dtype=torch.float32)
+
+
+def _plans(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[str, dict], io: dict,
+           sched: Any) -> tuple[list, dict[str, torch.Tensor], dict[str, Any]]:
+    """The step's calls, each stream's x, and each stream's place in the calls (:func:`streams.plan`).
+
+    Raises:
+        RecordError: a stream whose latents or prediction are in none of the step's denoiser calls.
+    """
+    from ikdata.diffusion import streams as streams_mod
+
+    where = f"{traj.source}:{traj.line}"
     main = next(s for s in traj.record["streams"] if s in by_stream)
-    definition, inputs, engine_raw = _conditioning(ctx, by_stream[main], where)
+    calls = _calls(ctx, by_stream[main], where)
     xs = {s: ctx.tensor(st["x"], where) for s, st in by_stream.items()}
-    streams = [s for s in by_stream if s in io]
-    for stream in streams:  # every step starts from the trajectory's x, in the forward's batch and dtype
-        name = io[stream][0]
-        captured = inputs[name]
-        ratio = captured.shape[0] // max(xs[stream].shape[0], 1)
-        rebuilt = torch.cat([xs[stream]] * ratio).to(captured.dtype) if ratio >= 1 else xs[stream]
-        if rebuilt.shape != captured.shape:
-            raise RecordError(f"step {index} ({stream}): the trajectory's x {tuple(xs[stream].shape)} does not fit the "
-                              f"denoiser input {name} {tuple(captured.shape)}", path=where)
-        if not torch.equal(rebuilt, captured):
-            measures["notes"].append(f"step {index} ({stream}): the denoiser was not fed the step's x (its {name} "
-                                     "differs); replay uses the step's x")
-        inputs = {**inputs, name: rebuilt}
-    raw_ref = _forward(ctx, definition, inputs, model, settings.reference_attention)
-    raw_alt = _forward(ctx, definition, inputs, model, settings.alt_attention) if settings.alt_attention else None
-    sigma_ref = reference[index][0]
+    outs = {s: ctx.tensor(st["out"], where) for s, st in by_stream.items()}
+    plans, missing = streams_mod.plan(calls, xs, outs, io, sched, index)
+    if missing and not plans:
+        model_class = (traj.record.get("model") or {}).get("class")
+        raise RecordError(f"step {index}: replay cannot find the streams in the calls of denoiser {model_class!r}: "
+                          f"{'; '.join(missing)}", path=where)
+    return calls, xs, plans
+
+
+def _guidance(ctx: _Context, traj: traj_mod.Trajectory, steps_by_index: dict[int, dict[str, dict]], io: dict,
+              sched: Any, reference: list, measures: dict) -> dict[str, Any]:
+    """Per stream, the pipeline's guidance: the combination that rebuilds the engine's out from the engine's own
+    raw outputs at the most steps (:func:`streams.choose`); a step where it does not is judged by it anyway."""
+    from ikdata.diffusion import streams as streams_mod
+
     request, pipeline_class = traj.record["request"], traj.record["pipeline"]["class"]
+    where = f"{traj.source}:{traj.line}"
+    found: dict[str, list] = {}
+    for index in sorted(steps_by_index):
+        calls, xs, plans = _plans(ctx, traj, index, steps_by_index[index], io, sched)
+        for stream, p in plans.items():
+            out = ctx.tensor(steps_by_index[index][stream]["out"], where)
+            found.setdefault(stream, []).append((index, streams_mod.matching(
+                p, [raw for _, _, raw in calls], out, xs[stream], _sigma(reference, index),
+                families.guidance(request, pipeline_class, stream))))
+    chosen: dict[str, Any] = {}
+    for stream, per_step in found.items():
+        chosen[stream] = streams_mod.choose([m for _, m in per_step])
+        if chosen[stream] is None:
+            continue
+        for index, matches in per_step:
+            if all(m.name != chosen[stream].name for m in matches):
+                measures["notes"].append(f"step {index} ({stream}): the engine's out is not the pipeline's guidance "
+                                         f"({chosen[stream].name}) of its own denoiser outputs")
+    return chosen
+
+
+def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[str, dict], io: dict, model: dict,
+          sched: Any, reference: list, measures: dict, chosen: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every stream of one step: the reference (and the floor's) forward of each of the step's denoiser calls on
+    the trajectory's x, combined by the pipeline's guidance, against the engine's out; and the chain check."""
+    from ikdata.diffusion import streams as streams_mod
+
+    settings, where = ctx.settings, f"{traj.source}:{traj.line}"
+    calls, xs, plans = _plans(ctx, traj, index, by_stream, io, sched)
+    fed = [dict(inputs) for _, inputs, _ in calls]
+    for stream, p in plans.items():  # every step starts from the trajectory's x, as the pipeline fed it
+        candidate = dict(streams_mod.transforms(sched, index, xs[stream])).get(p.transform, xs[stream])
+        for c, name in p.inputs:
+            captured = fed[c][name]
+            rebuilt = streams_mod.rebuild(candidate, captured)
+            if rebuilt.shape != captured.shape:
+                raise RecordError(f"step {index} ({stream}): the trajectory's x {tuple(xs[stream].shape)} does not "
+                                  f"fit the denoiser input {name} {tuple(captured.shape)}", path=where)
+            if not torch.equal(rebuilt, captured):
+                measures["notes"].append(f"step {index} ({stream}): the denoiser was not fed the step's x (its {name} "
+                                         "differs); replay uses the step's x")
+            fed[c][name] = rebuilt
+    raw_ref = [_forward(ctx, d, fed[c], model, settings.reference_attention) for c, (d, _, _) in enumerate(calls)]
+    raw_alt = [_forward(ctx, d, fed[c], model, settings.alt_attention) for c, (d, _, _) in enumerate(calls)] \
+        if settings.alt_attention else None
+    engine_raw = [raw for _, _, raw in calls]
+    sigma_ref = reference[index][0] if index < len(reference) else None
     rows = []
-    for stream in streams:
+    for stream, p in plans.items():
         step = by_stream[stream]
         x, out_eng = xs[stream], ctx.tensor(step["out"], where)
         x_next = ctx.tensor(step["x_next"], where)
-        out_name = io[stream][1]
-        ratio = engine_raw[out_name].shape[0] // max(x.shape[0], 1)
-        sigma = torch.tensor(sigma_ref if sigma_ref is not None else 1.0, dtype=torch.float32)
-        combination = _combination(engine_raw[out_name], out_eng, x, sigma,
-                                   families.guidance(request, pipeline_class, stream), ratio)
+        sigma = _sigma(reference, index)
+        combination = (chosen or {}).get(stream)
         if combination is not None:
             level = "step output"
-            ref = combination.apply(raw_ref[out_name], x, sigma)
-            alt = combination.apply(raw_alt[out_name], x, sigma) if raw_alt is not None else None
+            ref = combination.apply(streams_mod.raws(p, raw_ref), x, sigma)
+            alt = combination.apply(streams_mod.raws(p, raw_alt), x, sigma) if raw_alt is not None else None
             eng = out_eng
-        else:  # the guidance is not one replay reproduces: judge the raw forward outputs
+        else:  # the guidance is not one replay reproduces: judge the raw forward outputs (of the first call)
             level = "denoiser output"
-            ref, alt, eng = raw_ref[out_name], (raw_alt[out_name] if raw_alt is not None else None), engine_raw[out_name]
+            ref, eng = streams_mod.raws(p, raw_ref)[0], streams_mod.raws(p, engine_raw)[0]
+            alt = streams_mod.raws(p, raw_alt)[0] if raw_alt is not None else None
         measures["level"] = measures["level"] or level
         if measures["level"] != level and "mixed levels" not in measures["notes"]:
             measures["notes"].append("mixed levels")
@@ -602,22 +691,6 @@ def _chain(ctx: _Context, sched: Any, index: int, step: dict, out: torch.Tensor,
     if x_next.shape != chain_ref.shape:
         return math.inf, f"x_next has shape {tuple(x_next.shape)}, the reference step's {tuple(chain_ref.shape)}"
     return _rel(x_next, chain_ref), None
-
-
-def _combination(raw: torch.Tensor, out: torch.Tensor, x: torch.Tensor, sigma: torch.Tensor,
-                 guidance: dict[str, Any], ratio: int) -> families.Combination | None:
-    """The guidance combination that turns the engine's raw output into the engine's step output (the
-    pipeline's own, checked on the engine's numbers), or None."""
-    best: tuple[float, families.Combination] | None = None
-    for candidate in families.combinations(guidance, ratio):
-        try:
-            got = candidate.apply(raw, x.float(), sigma)
-        except RuntimeError:
-            continue
-        error = _rel(got.to(out.dtype), out) if got.shape == out.shape else math.inf
-        if error <= 1e-6 and (best is None or error < best[0]):  # the pipeline's own form rebuilds it exactly
-            best = (error, candidate)
-    return best[1] if best else None
 
 
 # -- the runner's post-pass ----------------------------------------------------------------------------------

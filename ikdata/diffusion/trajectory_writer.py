@@ -469,7 +469,7 @@ def _request(rec: Any, expected: int) -> dict:
     return request
 
 
-_GUIDANCE_FIELDS = ("guidance_rescale", "audio_guidance_scale", "audio_guidance_rescale", "stg_scale",
+_GUIDANCE_FIELDS = ("true_cfg_scale", "guidance_rescale", "audio_guidance_scale", "audio_guidance_rescale", "stg_scale",
                     "audio_stg_scale", "modality_scale", "audio_modality_scale")
 
 
