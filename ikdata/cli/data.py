@@ -29,7 +29,10 @@ def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dat
     from ikdata.core.errors import UsageError
     from ikdata.core.layout import init_dataset
 
+    from ikdata.core.locking import refuse_remote
+
     o = out.Output(json=json_, quiet=quiet)
+    refuse_remote(path)
     if (Path(path) / MANIFEST).exists():  # init never rewrites a dataset (its id would change)
         raise UsageError(f"{path}: already a dataset ({MANIFEST} exists); init creates new datasets only")
     dataset_id = init_dataset(path, name=name, description=description)

@@ -88,6 +88,9 @@ def require_dataset(root: str | os.PathLike) -> str:
         raise UsageError(f"{root}: no such dataset folder")
     layout = find_layout(root)
     if layout is None:
+        from ikdata.core.locking import refuse_remote
+
+        refuse_remote(root)  # a remote whose first push never finished holds only its marker: say so
         raise NotADataset(root)
     return layout
 

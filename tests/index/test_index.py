@@ -181,4 +181,4 @@ def test_ikdata_index_on_a_folder_that_is_not_a_dataset_is_a_usage_error(tmp_pat
     from ikdata.cli import app
 
     result = CliRunner().invoke(app, ["index", str(tmp_path)])
-    assert result.exit_code == 2 and "not an ikdata dataset" in result.output
+    assert result.exit_code == 1 and "not a dataset: looked for ikdata.json" in result.output  # one message (#27)

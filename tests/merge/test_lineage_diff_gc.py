@@ -45,7 +45,7 @@ def test_lineage_traces_a_workload_to_its_capture_import_and_validation(merged):
     result = runner.invoke(app, ["lineage", str(dst), uuid])
     assert result.exit_code == 0, result.output
     assert f"workload {uuid} ({GEMM_NAME})" in result.output
-    assert "host=host-a" in result.output
+    assert "host: host-a" in result.output  # one fact a line (issue 27 finding 7)
     assert f"imported: from {ra.parent_id[:12]} ({a}) by import" in result.output
     assert "validated: passed on cpu (torch 2.13.0+cpu; receipt (attached by import))" in result.output
 

@@ -55,7 +55,7 @@ def test_show_prints_receipt_escapes_as_text(hostile_dataset):
     result = _cli("show", str(root), uuid[:8])
     assert result.returncode == 0, result.stderr
     _assert_escaped(result.stdout)
-    assert "request_id=r\\x1b]0;PWNED" in result.stdout
+    assert "request_id: r\\x1b]0;PWNED" in result.stdout
 
 
 def test_lineage_prints_receipt_escapes_as_text(hostile_dataset):
