@@ -280,3 +280,31 @@ def trajectory_record(sweep: Sweep, trajectory: str) -> dict:
             if record["trajectory"] == trajectory:
                 return record
     raise KeyError(trajectory)
+
+
+TABLE_HEADER = ("| scheduler | honest run passes | wrong noise scale caught | wrong sigma caught | wrong update caught |\n"
+                "|---|---|---|---|---|")
+
+
+def table(sweep: Sweep) -> str:
+    """The docs/diffusion.md "Schedulers" table, every cell from the sweep's verdicts."""
+    lines = [TABLE_HEADER]
+    for variant in variants():
+        if variant.label in sweep.left_out:
+            why = sweep.left_out[variant.label].split(" requires ")[-1].split(" but ")[0]
+            lines.append(f"| {variant.label} | not built here (needs {why}) | | | |")
+            continue
+        cells = [variant.label]
+        honest = sweep.cases[sweep.ids[(variant.label, None)]]
+        exact = all(s["chain"] == 0 and s["e"] == 0 for s in honest["trajectory"]["steps"])
+        cells.append(("yes, bit-exact" if exact else "yes") if honest["status"] == "passed" else "NO")
+        for perturbation in PERTURBATIONS:
+            key = (variant.label, perturbation)
+            if key not in sweep.ids:
+                cells.append("n/a (draws no noise)")
+                continue
+            first = sweep.cases[sweep.ids[key]]["trajectory"].get("first_failure") or {}
+            caught = sweep.cases[sweep.ids[key]]["status"] == "failed" and first.get("step") == at(variant)
+            cells.append(f"yes, at step {first['step']} ({first['check']})" if caught else "NO")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

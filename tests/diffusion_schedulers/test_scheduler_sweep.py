@@ -112,3 +112,15 @@ def test_the_schedule_is_the_schedulers_own_with_the_pipelines_arguments(sweep):
     assert shifted["status"] == "passed" and not shifted["trajectory"]["schedule"]["stopped"]
     sigmas = shifted["trajectory"]["schedule"]["reference_sigmas"]
     assert sigmas[1] != pytest.approx(1 - 1 / sw.STEPS)  # not the linspace formula: the shifted default
+
+
+def test_the_docs_table_is_the_sweeps_verdicts(sweep):
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "diffusion.md").read_text()
+    assert "## Schedulers" in docs
+    section = docs.split("## Schedulers", 1)[1]
+    start = section.index(sw.TABLE_HEADER.splitlines()[0])
+    written = section[start:].split("\n\n", 1)[0].strip()
+    assert written == sw.table(sweep), "docs/diffusion.md's Schedulers table differs from the sweep; regenerate it " \
+                                       "with scheduler_sweep.table()"
