@@ -522,7 +522,11 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
     failing_at = len(parts)  # the failing-cases table goes here, once the charts' ids are known
     anchors: dict[int, str] = {}  # case index -> the id of the section that draws it
     if trajectories:
-        parts.append("<h2>Diffusion trajectories</h2>" + _summary_table(trajectories, checks))
+        parts.append("<h2>Diffusion trajectories</h2>" + _summary_table(trajectories, checks)
+                     + "<p class='meta'>worst e/f: the largest ratio, over the steps, of the engine's error e to the "
+                       "floor f (how far two correct attention kernels differ); a step passes while e &le; k&middot;f "
+                       "+ &epsilon;. PSNR: how close the decoded clip is to the reference decode of the same latents "
+                       "(dB, higher is closer; identical frames show 100).</p>")
         for n, case in trajectories:
             at = f"/cases/{n}"
             m = checks.mapping(case.get("trajectory"), at + "/trajectory")
