@@ -244,6 +244,8 @@ class Backend:
         return RemoteError(message, url=self.url)
 
 
+_REMOTE_NAMES = {MANIFEST, "blob", "files", REMOTE_MARKER, ".ikdata-publish.lock"}  # what a remote folder holds
+
 # Publishes to memory:// remotes are serialised by this lock: the memory filesystem is one
 # process-wide store, so a process-wide lock is the exact scope of its compare-and-swap.
 _MEMORY_PUBLISH = threading.Lock()
@@ -282,9 +284,17 @@ class FsspecBackend(Backend):
             if self.fs.exists(marker):
                 return
             held = [n for n in ("workloads", "definitions", "receipts.jsonl") if self.fs.exists(self._path(n))]
+            # A remote an older push wrote has no marker: only its own names. Anything else is not ours.
+            other = sorted(os.path.basename(p.rstrip("/")) for p in self.fs.ls(self.root, detail=False)
+                           if os.path.basename(p.rstrip("/")) not in _REMOTE_NAMES
+                           and not os.path.basename(p.rstrip("/")).startswith(".tmp-"))
         if held:  # publishing here would overwrite the dataset's own manifest
             raise UsageError(f"{self.url}: holds a dataset ({', '.join(held)}), not a remote; push to a new "
                              "or empty folder, or to one ikdata push wrote")
+        if other:  # push would mix its objects into someone's files
+            shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+            raise UsageError(f"{self.url}: is not empty ({shown}) and not an ikdata remote (no {REMOTE_MARKER}); "
+                             "push to a new or empty folder, or to one ikdata push wrote")
         with self._errors("mark the remote folder"):
             if self.remote.protocol == "file":
                 from ikdata.core.store import write_atomic

@@ -26,7 +26,7 @@ from ikdata.core.dataset import IKDATA, Dataset
 from ikdata.core.errors import RemoteError, UsageError
 from ikdata.core.manifest import dataset_id
 from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object
-from ikdata.remote.connect import open_backend
+from ikdata.remote.local_dataset import open_source
 from ikdata.remote.backend import parse_remote_manifest
 from ikdata.core.packs import PACK_DIR, cached_packs
 from ikdata.remote.packs import Landed, fetch_members, find_remote_packs
@@ -283,9 +283,13 @@ def _fetch_verified(backend: Backend, rel: str, dest: Path) -> str | None:
 
 
 def fetch_snapshot(backend: Backend, target: Path, *, have: Path | None = None, jobs: int = DEFAULT_JOBS,
-                   progress: ProgressCallback | None = None) -> Snapshot:
-    """Assemble a verified copy of the remote dataset in ``target`` (which may hold an earlier partial copy)."""
-    manifest, data, remote_id = read_remote(backend)
+                   progress: ProgressCallback | None = None,
+                   remote: tuple[dict[str, Any], bytes, str] | None = None) -> Snapshot:
+    """Assemble a verified copy of the remote dataset in ``target`` (which may hold an earlier partial copy).
+
+    ``remote``: the manifest as :func:`read_remote` gave it, when the caller has just read it.
+    """
+    manifest, data, remote_id = remote or read_remote(backend)
     target.mkdir(parents=True, exist_ok=True)
     listed = backend.list_objects("")  # one listing of the whole remote: small files, blobs, packs
     files = fetch_files(backend, manifest, target, jobs=jobs, listed=listed)
@@ -322,10 +326,10 @@ def clone(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = 
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UsageError(f"{dest}: exists and is not empty; clone into a new folder, or merge with "
                          f"'ikdata pull {url} {dest}'")
-    with open_backend(url, options) as backend:
-        _, _, remote_id = read_remote(backend)
-        staging = _staging(dest, "clone", remote_id)
-        snap = fetch_snapshot(backend, staging, jobs=jobs, progress=progress)
+    with open_source(url, options) as backend:  # a remote, or a local dataset folder
+        remote = read_remote(backend)
+        staging = _staging(dest, "clone", remote[2])
+        snap = fetch_snapshot(backend, staging, jobs=jobs, progress=progress, remote=remote)
     if dest.exists():
         dest.rmdir()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -359,13 +363,14 @@ def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = N
         raise UsageError(f"{dest}: not an ikdata dataset (no {manifest_mod.MANIFEST}); pull into a new folder")
     from ikdata.importing.apply import import_dataset
 
-    with open_backend(url, options) as backend:
-        _, _, remote_id = read_remote(backend)
+    with open_source(url, options) as backend:  # a remote, or a local dataset folder
+        remote = read_remote(backend)
+        remote_id = remote[2]
         local_id = manifest_mod.current_id(dest)
         if local_id == remote_id:
             return PullResult(url, "up-to-date", local_id, remote_id)
         staging = _staging(dest, "pull", remote_id)
-        snap = fetch_snapshot(backend, staging, have=dest, jobs=jobs, progress=progress)
+        snap = fetch_snapshot(backend, staging, have=dest, jobs=jobs, progress=progress, remote=remote)
     try:
         result = import_dataset(staging, dest, how="pull", source=url, **judging)
     except RemoteError:
