@@ -17,8 +17,10 @@ A reuse key names blobs by digest, so reuse must never vouch for bytes it did no
 check: each blob's path goes through the path rule (:mod:`ikdata.core.paths`) first,
 then either matches the evidence recorded when replay last verified that very file
 (device, inode, size, ``mtime_ns`` and ``ctime_ns``, taken before it was hashed; ctime
-cannot be set back by a user) or is rehashed now (:meth:`ReuseCache.confirm`). The
-evidence lives beside the cache in ``replay-verified.jsonl``.
+cannot be set back by a user) or is rehashed now (:meth:`ReuseCache.confirm`). A blob kept in
+a pack (:mod:`ikdata.core.packs`) is vouched for the same way by its slice: the evidence names the
+pack file (device, inode, size, times) and the tensor's offset in it, else the slice is rehashed
+now (one read). The evidence lives beside the cache in ``replay-verified.jsonl``.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class ReuseCache:
     path: Path | None = None
     known: dict[str, dict[str, Any]] = field(default_factory=dict)
     _pending: list[str] = field(default_factory=list)
-    evidence: dict[tuple[int, int], tuple[int, int, int, str]] = field(default_factory=dict)
+    evidence: dict[tuple[int, ...], tuple[int, int, int, str]] = field(default_factory=dict)  # (dev, ino[, offset])
     _pending_evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -89,6 +91,8 @@ class ReuseCache:
             for _, record in jsonl.read(cache.evidence_path).records:
                 try:
                     key = (int(record["dev"]), int(record["ino"]))
+                    if "offset" in record:  # a packed tensor: its pack file and where it lies there
+                        key += (int(record["offset"]),)
                     cache.evidence[key] = (int(record["size"]), int(record["mtime_ns"]), int(record["ctime_ns"]),
                                            str(record["digest"]))
                 except (KeyError, TypeError, ValueError):
@@ -99,23 +103,30 @@ class ReuseCache:
     def evidence_path(self) -> Path | None:
         return self.path.with_name(EVIDENCE_FILE) if self.path is not None else None
 
-    def note_verified(self, before: os.stat_result, digest: str) -> None:
-        """Record that the file ``before`` describes (stat taken before it was hashed) holds ``digest``.
-        Without a cache file (``--no-reuse``) nothing is kept: no lookup would read it."""
+    def note_verified(self, before: os.stat_result, digest: str, *, offset: int | None = None) -> None:
+        """Record that the file ``before`` describes (stat taken before it was hashed) holds ``digest``
+        (at ``offset``, for a pack). Without a cache file (``--no-reuse``) nothing is kept: no lookup would
+        read it."""
         if self.path is None:
             return
-        key = (before.st_dev, before.st_ino)
+        key: tuple[int, ...] = (before.st_dev, before.st_ino) + ((offset,) if offset is not None else ())
         value = (before.st_size, before.st_mtime_ns, before.st_ctime_ns, digest)
         if self.evidence.get(key) != value:
             self.evidence[key] = value
-            self._pending_evidence.append({"dev": key[0], "ino": key[1], "size": value[0], "mtime_ns": value[1],
-                                           "ctime_ns": value[2], "digest": digest})
+            record = {"dev": key[0], "ino": key[1], "size": value[0], "mtime_ns": value[1],
+                      "ctime_ns": value[2], "digest": digest}
+            if offset is not None:
+                record["offset"] = offset
+            self._pending_evidence.append(record)
 
     def confirm(self, path: Path, digest: str) -> bool:
         """Whether ``path`` holds the one tensor ``digest``: by evidence recorded when this very file
-        (same device, inode, size, mtime and ctime) was verified, else by rehashing it now."""
+        (same device, inode, size, mtime and ctime) was verified, else by rehashing it now. A canonical
+        blob path that is not on disk is looked up in the dataset's packs (:meth:`confirm_packed`)."""
         try:
             before = os.stat(path)
+        except FileNotFoundError:
+            return self.confirm_packed(path, digest)
         except OSError:
             return False
         known = self.evidence.get((before.st_dev, before.st_ino))
@@ -125,6 +136,36 @@ class ReuseCache:
         if check.error or list(check.digests) != [digest]:
             return False
         self.note_verified(before, digest)
+        return True
+
+    def confirm_packed(self, path: Path, digest: str) -> bool:
+        """Whether the pack holding ``digest`` (``path`` is its canonical loose path in a dataset) holds it
+        where its index says: by evidence (the pack file's identity and the offset), else by rehashing the
+        slice now (:func:`ikdata.core.packs.read_packed`)."""
+        from ikdata.core.errors import StoreError
+        from ikdata.core.packs import read_packed
+        from ikdata.core.store import BlobStore, blob_path
+
+        rel = blob_path(digest) if digest else ""
+        text = str(path)
+        if not rel or not text.endswith("/" + rel):
+            return False
+        root = Path(text[:-len(rel) - 1])
+        blob = BlobStore(root).packed(digest)
+        if blob is None:
+            return False
+        try:
+            before = os.stat(root / blob.pack)
+        except OSError:
+            return False
+        known = self.evidence.get((before.st_dev, before.st_ino, blob.offset))
+        if known == (before.st_size, before.st_mtime_ns, before.st_ctime_ns, digest):
+            return True
+        try:
+            read_packed(root, blob)
+        except StoreError:
+            return False
+        self.note_verified(before, digest, offset=blob.offset)
         return True
 
     def lookup(self, key: str) -> dict[str, Any] | None:
