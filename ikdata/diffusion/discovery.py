@@ -29,6 +29,7 @@ _DTYPES = {"torch.float64": "float64", "torch.float32": "float32", "torch.float1
            "torch.bfloat16": "bfloat16", "torch.int64": "int64", "torch.int32": "int32", "torch.int16": "int16",
            "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool"}
 _SIGNATURES: dict[Any, inspect.Signature] = {}
+_DEFINITIONS: dict[tuple, Definition] = {}
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,11 @@ def definition_for(module: Any, call: FlatCall, outputs: Mapping[str, Any]) -> D
     from ikdata.core.digest import record_digest
 
     cls = type(module).__name__
+    key = (cls, call.nones, call.tuples, *((n, _kind(v)) for n, v in call.values.items()), None,
+           *((n, _kind(v)) for n, v in outputs.items()))
+    cached = _DEFINITIONS.get(key)
+    if cached is not None:  # every step of a call makes the same structure: made once
+        return cached
     inputs = {n: _spec(n, v) for n, v in call.values.items()}
     outs = {n: _spec(n, v) for n, v in outputs.items()}
     main = next((v for v in call.values.values() if _is_tensor(v) and v.is_floating_point()), None)
@@ -123,7 +129,14 @@ def definition_for(module: Any, call: FlatCall, outputs: Mapping[str, Any]) -> D
                              "call: every tensor and scalar argument is an input, every returned tensor an output).",
               "tags": tags, "axes": axes, "inputs": inputs, "outputs": outs}
     record["reference"] = reference_source(Definition.from_dict({**record, "reference": "-"}))
-    return Definition.from_dict(record)
+    if len(_DEFINITIONS) > 64:
+        _DEFINITIONS.clear()
+    found = _DEFINITIONS[key] = Definition.from_dict(record)
+    return found
+
+
+def _kind(value: Any) -> tuple:
+    return (str(value.dtype), value.dim()) if _is_tensor(value) else (type(value).__name__,)
 
 
 def _spec(name: str, value: Any) -> dict[str, Any]:
