@@ -102,7 +102,7 @@ def main() -> None:
     elif args.count:
         from ikdata.flashinfer.census import census
 
-        print(json.dumps(census(), indent=2))
+        print(json.dumps(census(progress=lambda line: print(line, file=sys.stderr, flush=True)), indent=2))
     else:
         for fmt, folder in generate(Path(args.out or "flashinfer-corpus"), args.format).items():
             print(f"{fmt}: {folder}/dumps, {folder}/definitions")

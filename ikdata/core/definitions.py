@@ -22,7 +22,7 @@ from ikdata.core.errors import DefinitionError, RecordError
 from ikdata.core.problems import Problem
 from ikdata.core.pointers import escape, pointer_lines
 from ikdata.core.references import (MAX_CHAIN, MAX_NESTING, MAX_REFERENCE_CHARS, RunSignature,  # noqa: F401
-                                    parse_reference, run_signature, takes_inputs)
+                                    entry_point, parse_reference, run_signature, takes_inputs, unbound_names)
 from ikdata.core.trust import DATASET, SHIPPED, USER, require_trusted  # noqa: F401 (origins, re-exported)
 
 # Finding codes that writing the definition again fixes (definition_bytes lists run's order).
@@ -115,6 +115,14 @@ class Definition:
         return self.record.get("judge")
 
     @functools.cached_property
+    def entry(self) -> str:
+        """The reference's entry function: ``run``, the record's ``entry``, or FlashInfer's single
+        ``_<op>_reference`` (``run`` when none is found, which :meth:`findings` reports)."""
+        tree, _ = parse_reference(self.reference)
+        named = self.record.get("entry") if isinstance(self.record.get("entry"), str) else None
+        return (entry_point(tree, named, single=False) if tree is not None else None) or "run"
+
+    @functools.cached_property
     def call_problem(self) -> str | None:
         """Why calling ``run`` positionally in the listed order would differ from calling it by name, or None.
 
@@ -122,7 +130,7 @@ class Definition:
         judge a definition for which the two conventions disagree.
         """
         tree, _ = parse_reference(self.reference)
-        signature = run_signature(tree) if tree is not None else None
+        signature = run_signature(tree, self.entry) if tree is not None else None
         if signature is None:
             return None
         found = [f.message for f in _signature_findings(self, signature)]
@@ -154,11 +162,18 @@ class Definition:
         if tree is None:
             found.append(Finding(reason, "/reference", "reference"))
         else:
-            signature = run_signature(tree)
+            signature = run_signature(tree, self.entry)
             if signature is None:
-                found.append(Finding("reference must define a top-level function 'run'", "/reference", "reference"))
+                named = self.record.get("entry")
+                found.append(Finding(f"reference must define a top-level function {named!r} (its 'entry')"
+                                     if isinstance(named, str) else "reference must define a top-level function "
+                                     "'run'", "/reference", "reference"))
             else:
                 found += _signature_findings(self, signature)
+            missing = unbound_names(tree)
+            if missing:  # a helper left out: the reference would fail when it runs, wherever it runs
+                found.append(Finding(f"reference is not standalone: it uses {', '.join(missing)}, which it does "
+                                     "not define or import", "/reference", "not-standalone"))
         found += _judge_findings(self.judge)
         return found
 
@@ -407,9 +422,9 @@ def load_reference(definition: Definition, *, trusted_digests: Iterable[str] = (
     except Exception as exc:
         raise DefinitionError(f"reference failed to load: {type(exc).__name__}: {exc}",
                               definition=definition.name) from exc
-    run = namespace.get("run")
+    run = namespace.get(definition.entry)
     if not callable(run):
-        raise DefinitionError("reference does not define a callable 'run'", definition=definition.name)
+        raise DefinitionError(f"reference does not define a callable {definition.entry!r}", definition=definition.name)
     return run
 
 

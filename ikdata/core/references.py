@@ -97,9 +97,10 @@ def parse_reference(source: str) -> tuple[ast.Module | None, str | None]:
                       "simplify its expressions")
 
 
-def run_signature(tree: ast.Module) -> RunSignature | None:
-    """``run``'s parameters and returned names, read from the parsed source (None: no top-level ``run``)."""
-    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "run"),
+def run_signature(tree: ast.Module, name: str = "run") -> RunSignature | None:
+    """The entry's (``run``'s) parameters and returned names, read from the parsed source (None: no such
+    top-level function)."""
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
                 None)
     if node is None:
         return None
@@ -138,19 +139,15 @@ def takes_inputs(signature: RunSignature, inputs: list[str]) -> bool:
             and set(signature.required) <= set(inputs))
 
 
-__all__ = ["MAX_CHAIN", "MAX_NESTING", "MAX_REFERENCE_CHARS", "RunSignature", "parse_reference", "run_signature",
-           "takes_inputs"]
-
-
-def entry_point(tree: ast.Module, named: str | None = None) -> str | None:
-    """The reference's entry function: ``named`` if given, else ``run``, else the only top-level function,
-    else the only ``_<op>_reference`` (FlashInfer's naming). None when none of these is there."""
+def entry_point(tree: ast.Module, named: str | None = None, *, single: bool = True) -> str | None:
+    """The reference's entry function: ``named`` if given, else ``run``, else (``single``) the only top-level
+    function, else the only ``_<op>_reference`` (FlashInfer's naming). None when none of these is there."""
     functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if named is not None:
         return named if named in functions else None
     if "run" in functions:
         return "run"
-    if len(functions) == 1:
+    if single and len(functions) == 1:
         return functions[0]
     suffixed = [f for f in functions if f.startswith("_") and f.endswith("_reference")]
     return suffixed[0] if len(suffixed) == 1 else None
@@ -180,3 +177,7 @@ def unbound_names(tree: ast.Module) -> list[str]:
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             bound.update(node.names)
     return sorted(loaded - bound)
+
+
+__all__ = ["MAX_CHAIN", "MAX_NESTING", "MAX_REFERENCE_CHARS", "RunSignature", "entry_point", "parse_reference",
+           "run_signature", "takes_inputs", "unbound_names"]

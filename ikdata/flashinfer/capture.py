@@ -84,7 +84,10 @@ def _recording(cap: Any, f: Any, wrapped: Any, trace: Any) -> Any:
 
     @functools.wraps(wrapped)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not (cap.enabled and selected(f.__name__)) or _graph_capturing():
+        if not (cap.enabled and selected(f.__name__)):
+            return wrapped(*args, **kwargs)
+        if _graph_capturing():  # nothing may be read now (docs/flashinfer.md: the CUDA-graph design)
+            cap.refused["flashinfer-graph-capture"] = cap.refused.get("flashinfer-graph-capture", 0) + 1
             return wrapped(*args, **kwargs)
         try:
             bound = signature.bind(*args, **kwargs)

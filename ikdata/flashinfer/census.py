@@ -18,7 +18,7 @@ from ikdata.flashinfer import loader
 from ikdata.flashinfer.convert import Refused, convert
 
 
-def census(memory_limit: int = 3 << 30, seconds: int = 20) -> dict[str, Any]:
+def census(memory_limit: int = 3 << 30, seconds: int = 8, progress: Any = None) -> dict[str, Any]:
     """Count every installed template; the process's data size is capped at ``memory_limit`` bytes, so a
     template whose init needs more (MoE with hundreds of experts at model sizes) counts as too large, and one
     whose init and reference take over ``seconds`` on this CPU counts as too slow."""
@@ -42,6 +42,8 @@ def census(memory_limit: int = 3 << 30, seconds: int = 20) -> dict[str, Any]:
         signal.alarm(0)
         counts["templates"] += 1
         t = ref.template
+        if progress is not None:
+            progress(f"{counts['templates']} {ref.key}")
         signal.alarm(seconds)
         try:
             if t.init is None or t.reference is None:

@@ -194,6 +194,8 @@ def check_tolerance(check: Any, output_dtypes: Sequence[str]) -> dict | None:
         tolerance[dtype] = {"rtol": thresholds["rtol"] if thresholds["rtol"] is not None else rtol,
                             "atol": thresholds["atol"] if thresholds["atol"] is not None else atol}
     pct = thresholds["max_mismatch_pct"] or 0.0
+    if pct >= 100:  # no elementwise bound at all: FlashInfer gates by cosine similarity alone (GEMM), not mapped
+        return None
     if pct > 0:
         tolerance["matched_ratio"] = max(1e-9, 1.0 - pct / 100.0)
     return tolerance
