@@ -80,9 +80,15 @@ def test_nothing_readable_is_an_error_naming_the_layouts(tmp_path):
     (tmp_path / "empty" / "call").mkdir(parents=True)
     (tmp_path / "empty" / "call" / "notes.txt").write_text("x")
     out = _ikdata("import", str(tmp_path / "empty"), str(tmp_path / "ds"))
-    assert out.returncode == 1
-    assert "FlashInfer" in out.stderr or "FlashInfer" in out.stdout
-    assert not (tmp_path / "empty" / "reports").exists()
+    assert out.returncode == 1 and "FlashInfer" in out.stderr
+    call = tmp_path / "dumps" / "20260101_000000_000_pid1_rmsnorm_call0001"
+    call.mkdir(parents=True)
+    (call / "metadata.jsonl").write_text(json.dumps({"function_name": "rmsnorm", "execution_status": "inputs_saved",
+                                                     "tensor_format": "torch", "tensor_info": {}}) + "\n")
+    out = _ikdata("import", str(tmp_path / "dumps"), str(tmp_path / "ds2"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "flight-recorder" in out.stderr and "trace definitions" in out.stderr and "inputs_saved" in out.stderr
+    assert sorted(p.name for p in call.iterdir()) == ["metadata.jsonl"]  # nothing written into SRC
 
 
 def test_flashinfer_bench_loads_the_capture_and_runs_its_references(captured):
@@ -104,3 +110,15 @@ def test_flashinfer_bench_loads_the_capture_and_runs_its_references(captured):
                     args.append(spec.value)
             out = namespace["run"](*args)  # flashinfer-bench's convention: inputs positionally, in order
             assert isinstance(out, torch.Tensor) and torch.isfinite(out.float()).all()
+
+
+def test_flashinfer_definitions_validate_verbatim(captured):
+    from ikdata.core.definitions import USER, Definition, load_reference, read_folder
+
+    found, problems = read_folder(captured.parent / "traces", origin=USER)
+    assert {"rmsnorm_h64", "softmax_v64", "gemm_bf16_N16_K32"} <= set(found), [str(p) for p in problems]
+    assert found["rmsnorm_h64"].entry == "_rmsnorm_reference"
+    assert callable(load_reference(found["rmsnorm_h64"]))
+    record = dict(found["rmsnorm_h64"].record)
+    record["reference"] = record["reference"].replace("torch.rsqrt", "_rsqrt_helper(torch)", 1)
+    assert any("not standalone" in m and "_rsqrt_helper" in m for m in Definition.from_dict(record).check())
