@@ -1,11 +1,12 @@
 """Diffusion step replay benchmark: replay time per step against one bare denoiser forward on the same inputs.
 
-Run: .venv/bin/python tools/bench/bench_diffusion_replay.py [--smoke] [--device cuda] [--case flow|stochastic]
+Run: .venv/bin/python tools/bench/bench_diffusion_replay.py [--smoke] [--device cuda] [--case flow|stochastic|flux]
 
 Two schedulers: a flow-matching one (the tiny LTX-2 pipeline of tools/examples/tiny_video.py, both streams,
 CFG batch, FlowMatchEulerDiscreteScheduler) and a stochastic one (diffusers' DDPMPipeline with a tiny
 UNet2DModel: DDPMScheduler draws noise inside every step but the last, which the chain check replays from
-the record). A trajectory of each is captured once. The baseline is one bare forward of the same denoiser (built once, warm) on the inputs
+the record); and ``--case flux``, a pipeline whose denoiser is discovered from its call (a tiny FluxPipeline
+with true CFG: two transformer calls a step, both in the baseline). A trajectory of each is captured once. The baseline is one bare forward of the same denoiser (built once, warm) on the inputs
 of each step, measured in the same run. Replay per step is the time the trajectory judge spends on one
 step (loading and verifying its blobs, the reference forward, the floor's second forward, the measures),
 median over the steps, best of the rounds; the whole trajectory's time divided by its steps (records,
@@ -31,7 +32,28 @@ from _bench import load_average  # noqa: E402
 
 
 CASES = {"flow": "flow-matching (LTX-2, FlowMatchEulerDiscreteScheduler)",
-         "stochastic": "stochastic (DDPMPipeline, UNet2DModel, DDPMScheduler)"}
+         "stochastic": "stochastic (DDPMPipeline, UNet2DModel, DDPMScheduler)",
+         "flux": "flow-matching, a discovered denoiser (FluxPipeline, true CFG: two calls per step)"}
+
+
+def _flux(steps: int) -> tuple:
+    """A tiny FluxPipeline with true CFG (two transformer calls a step), its denoiser discovered from the call."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+                                         attention_head_dim=16, num_attention_heads=4, joint_attention_dim=32,
+                                         pooled_projection_dim=32, guidance_embeds=False, axes_dims_rope=(4, 4, 8))
+    pipe = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=None, text_encoder=None, tokenizer=None,
+                        text_encoder_2=None, tokenizer_2=None, transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    g = torch.Generator("cpu").manual_seed(1)
+    embeds = [torch.randn(1, 16, 32, generator=g), torch.randn(1, 32, generator=g)]
+    return pipe, dict(prompt_embeds=embeds[0], pooled_prompt_embeds=embeds[1], negative_prompt_embeds=-embeds[0],
+                      negative_pooled_prompt_embeds=-embeds[1], true_cfg_scale=3.0, height=256, width=256,
+                      num_inference_steps=steps, generator=torch.Generator("cpu").manual_seed(42),
+                      output_type="latent", max_sequence_length=16)
 
 
 def _ddpm(steps: int) -> tuple:
@@ -56,7 +78,7 @@ def capture(root: Path, steps: int, case: str = "flow") -> None:
     from ikdata.core.writer import DatasetWriter
 
     pipe, kwargs = (tiny_video.build(), tiny_video.call_kwargs(seed=42, steps=steps)) if case == "flow" \
-        else _ddpm(steps)
+        else _flux(steps) if case == "flux" else _ddpm(steps)
     boot.install(CaptureConfig(into=str(root), strict=True, only=("rmsnorm_f32_h99991",)))
     try:
         pipe(**kwargs)
@@ -84,7 +106,8 @@ def _judge(root: Path, device: str, settings) -> tuple[float, int, float]:
 
 
 def bare_forward(root: Path, device: str, rounds: int) -> float:
-    """Median seconds of one forward of the (built, warm) denoiser on each step's captured inputs."""
+    """Median seconds of a step's forwards (one, or each call of the step) of the (built, warm) denoiser on the
+    step's captured inputs."""
     import torch
 
     import ikdata
@@ -97,19 +120,28 @@ def bare_forward(root: Path, device: str, rounds: int) -> float:
     record = json.loads(next((root / "trajectories").glob("*.jsonl")).read_text().splitlines()[0])
     model = models.read_record(root, record["model"]["record"])
     state = {n: ds.store.get(TensorRef(p), device=device) for n, p in model.blob_paths().items()}
-    uuids = [s["workloads"]["denoiser"][0] for s in record["steps"] if s["stream"] == record["streams"][0]]
+    per_step = [s["workloads"]["denoiser"] for s in record["steps"] if s["stream"] == record["streams"][0]]
+    uuids = [u for calls in per_step for u in calls]  # every call of a step (two with true CFG): the step's forwards
     definition = ds.definitions[rows[uuids[0]].definition]
-    run = load_reference(definition, trusted_definitions=ds.trusted_definitions)
+    from ikdata.diffusion import discovery
+
+    if discovery.is_generic(definition):  # a discovered call: ikdata's own forward, as replay runs it
+        def run(*values, model):
+            return discovery.forward(definition, dict(zip(definition.inputs, values)), model)
+    else:
+        run = load_reference(definition, trusted_definitions=ds.trusted_definitions)
     spec = {"record": dict(model.record), "state_dict": state}
     inputs = [ds.load_inputs(rows[u], device=device) for u in uuids]
     with torch.inference_mode():
         run(*[inputs[0][n] for n in definition.inputs], model=spec)  # build and warm
     times = []
+    calls = len(per_step[0]) if per_step else 1
     for _ in range(rounds):
-        for one in inputs:
+        for first in range(0, len(inputs), calls):
             started = time.perf_counter()
-            with torch.inference_mode():
-                run(*[one[n] for n in definition.inputs], model=spec)
+            for one in inputs[first:first + calls]:
+                with torch.inference_mode():
+                    run(*[one[n] for n in definition.inputs], model=spec)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - started)
