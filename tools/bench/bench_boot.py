@@ -72,6 +72,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="runs of each way, interleaved")
     parser.add_argument("--smoke", action="store_true", help="3 runs each: checks that the script works")
+    parser.add_argument("--ikdata-path", default=None, help="put another checkout's ikdata first on PYTHONPATH "
+                        "for the CLI figures (a 'before' measured with this script)")
     args = parser.parse_args()
     if args.smoke:
         args.runs = 3
@@ -110,32 +112,52 @@ def main() -> None:
     print(f"old line adds {len(old_added)} modules, e.g. "
           f"{', '.join(sorted(m for m in old_added if m.split('.')[0] in ('ikdata', 'orjson', 'jsonschema'))[:6])}")
 
-    cli_startup(args.runs)
+    cli_startup(args.runs, args.ikdata_path)
 
 
-def cli_startup(runs: int) -> None:
+def cli_startup(runs: int, ikdata_path: str | None = None) -> None:
     """Wall time of ``ikdata --version``, ``--help`` and ``show`` against ``python -c pass``, same rounds."""
     from pathlib import Path
 
     ikdata = str(Path(sys.executable).with_name("ikdata"))
     with tempfile.TemporaryDirectory() as tmp:
+        # Bytecode as an installed package has it: these machines set PYTHONDONTWRITEBYTECODE, so an editable
+        # checkout would be compiled from source by every process (most of its start-up); the first round
+        # writes it into a private prefix (nothing is written into the checkout).
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
+        if ikdata_path:
+            env["PYTHONPATH"] = ikdata_path
         root = os.path.join(tmp, "ds")
-        subprocess.run([ikdata, "init", root], check=True, capture_output=True)
+        subprocess.run([ikdata, "init", root], check=True, capture_output=True, env=env)
         ways = {"python -c pass": [sys.executable, "-c", "pass"], "ikdata --version": [ikdata, "--version"],
                 "ikdata --help": [ikdata, "--help"], "ikdata show": [ikdata, "show", root, "0000"],
                 "ikdata ls": [ikdata, "ls", root]}
         times: dict[str, list[float]] = {name: [] for name in ways}
-        for _ in range(runs + 1):  # the first round warms the page cache
+        cpu: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(runs + 1):  # the first round warms the page cache and writes the bytecode
             for name, argv in ways.items():
+                used = _children_cpu()
                 start = time.perf_counter()
-                subprocess.run(argv, capture_output=True)  # show exits 2 (no such uuid) after loading everything
+                subprocess.run(argv, capture_output=True, env=env)  # show exits 2 (no such uuid) after loading it all
                 times[name].append(time.perf_counter() - start)
+                cpu[name].append(_children_cpu() - used)
     bare = statistics.median(times["python -c pass"][1:])
-    print(f"\nCLI start-up, {runs} interleaved runs each (load {load_average()})")
-    print(f"{'command':<18} {'median ms':>10} {'best ms':>8} {'x bare python':>14}")
+    bare_cpu = statistics.median(cpu["python -c pass"][1:])
+    print(f"\nCLI start-up, {runs} interleaved runs each (load {load_average()}; CPU time is user+sys of the "
+          "process, which a busy machine inflates less than wall time)")
+    print(f"{'command':<18} {'median ms':>10} {'best ms':>8} {'x bare':>7} {'CPU ms':>7} {'x bare':>7}")
     for name, found in times.items():
-        median = statistics.median(found[1:])
-        print(f"{name:<18} {median * 1e3:>10.1f} {min(found[1:]) * 1e3:>8.1f} {median / bare:>14.2f}")
+        median, median_cpu = statistics.median(found[1:]), statistics.median(cpu[name][1:])
+        print(f"{name:<18} {median * 1e3:>10.1f} {min(found[1:]) * 1e3:>8.1f} {median / bare:>7.2f} "
+              f"{median_cpu * 1e3:>7.1f} {median_cpu / bare_cpu:>7.2f}")
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
