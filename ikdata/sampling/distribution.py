@@ -44,8 +44,8 @@ LOGPROB_TOL = 1e-3  # nats: rounding of log-probabilities in a server's JSON (to
 UNSEEN_EPS = 1e-4  # unlisted weight below this share of the kept weight is treated as absent
 ORDERS = ("hf", "vllm", "sglang")
 ANY = "any"
-OK, BEYOND_TOP, BOUNDARY, MIN_P_ORDER, TOP_P_ORDER, BAD_LOGPROBS, TYPICAL_P = range(7)
-REASONS = ("ok", "beyond_top", "boundary", "min_p_order", "top_p_order", "bad_logprobs", "typical_p")
+OK, BEYOND_TOP, BOUNDARY, MIN_P_ORDER, TOP_P_ORDER, BAD_LOGPROBS = range(6)
+REASONS = ("ok", "beyond_top", "boundary", "min_p_order", "top_p_order", "bad_logprobs")
 _TOP_M = 64  # values taken by partition before falling back to a full sort of the row
 _CHUNK_BYTES = 64 << 20
 
@@ -402,6 +402,6 @@ def histogram(draws: Sequence[Hashable], keys: Sequence[Hashable]) -> np.ndarray
     return counts
 
 
-__all__ = ["ANY", "TYPICAL_P", "BAD_LOGPROBS", "BEYOND_TOP", "BOUNDARY", "DEFAULT_TOL", "GREEDY_T", "Judged", "LOGPROB_TOL",
+__all__ = ["ANY", "BAD_LOGPROBS", "BEYOND_TOP", "BOUNDARY", "DEFAULT_TOL", "GREEDY_T", "Judged", "LOGPROB_TOL",
            "MIN_P_ORDER", "OK", "ORDERS", "REASONS", "Settings", "TOP_P_ORDER", "UNSEEN_EPS", "binomial_mad",
            "expected_tv", "histogram", "judge_logits", "kept_distribution", "tv"]

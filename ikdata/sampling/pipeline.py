@@ -20,8 +20,8 @@ declared one is a request the HF engine cannot honour). After temperature, the c
 (:mod:`ikdata.sampling.distribution`) follow the same order; Hugging Face's epsilon and eta
 warpers come last (:func:`apply_cutoffs`: tokens whose probability in the cut distribution is
 below epsilon, or below ``min(eta, sqrt(eta) exp(-entropy))``, are dropped; the top token
-stays). Typical sampling keeps a set that is not a prefix by probability: such positions are
-excluded (``typical_p``), never passed.
+stays), and typical sampling (:func:`apply_typical`) keeps the tokens whose surprise is closest
+to the entropy: not a prefix by probability, so those positions join the PIT test only.
 """
 
 from __future__ import annotations
@@ -202,6 +202,8 @@ def apply_cutoffs(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.n
     Both keep a prefix of the kept tokens by probability: the count shrinks, and a probability
     within the tolerance of the threshold is ``boundary``.
     """
+    both = ((extras.epsilon > 0) | (extras.eta > 0)) & (extras.typical_p < 1) & (judged.status == OK)
+    judged.status[both], judged.kept[both], judged.u[both] = BOUNDARY, 0, np.nan  # typical then epsilon: not modelled
     rows = np.flatnonzero(((extras.epsilon > 0) | (extras.eta > 0)) & (judged.status == OK) & ~judged.greedy)
     for i in rows:
         t = float(settings.temperature[i])
@@ -233,4 +235,50 @@ def apply_cutoffs(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.n
         judged.u[i] = before + rng.random() * atom
 
 
-__all__ = ["Extras", "NO_TOKEN", "apply_cutoffs", "process"]
+def apply_typical(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.ndarray, judged: Judged, *,
+                  tol: float, rng: np.random.Generator) -> np.ndarray:
+    """Hugging Face's typical warper after the cuts (in place); the rows it judged (their kept set is not a prefix
+    by probability, so they join the PIT test only).
+
+    Over the kept tokens with probabilities p: H = -sum p log p; tokens sorted by |-log p - H| are kept while
+    the mass before them is < typical_p (the first always). A score within the tolerance of the cut is
+    ``boundary``.
+    """
+    done = []
+    rows = np.flatnonzero((extras.typical_p < 1) & (judged.status == OK) & ~judged.greedy & ~judged.outside)
+    for i in rows:
+        t = float(settings.temperature[i])
+        order = np.argsort(-x[i], kind="stable")[:int(judged.kept[i])]
+        values = x[i, order].astype(np.float64)
+        w = np.exp((values - values[0]) / t)
+        p = w / w.sum()
+        logp = np.log(p)
+        entropy = float(-(p * logp).sum())
+        shifted = np.abs(-logp - entropy)
+        rank = np.argsort(shifted, kind="stable")
+        cum = np.cumsum(p[rank])
+        last = min(int((cum < extras.typical_p[i]).sum()), len(rank) - 1)
+        cutoff = shifted[rank[last]]
+        keep = shifted <= cutoff
+        keep[rank[0]] = True
+        slack = 2 * tol / t
+        near = np.abs(shifted - cutoff) < slack
+        near[rank[last]] = False
+        mass_near = abs(cum[last - 1] - extras.typical_p[i]) < slack if last > 0 else False
+        if near.any() or mass_near:
+            judged.status[i], judged.kept[i], judged.u[i] = BOUNDARY, 0, np.nan
+            continue
+        judged.kept[i] = int(keep.sum())
+        hit = np.flatnonzero(order == drawn[i])
+        if not len(hit) or not keep[hit[0]]:
+            judged.outside[i], judged.u[i] = True, np.nan
+            continue
+        q = np.where(keep, p, 0.0)
+        q /= q.sum()
+        value = values[hit[0]]
+        judged.u[i] = q[values > value].sum() + rng.random() * q[values == value].sum()
+        done.append(i)
+    return np.asarray(done, np.int64)
+
+
+__all__ = ["Extras", "NO_TOKEN", "apply_cutoffs", "apply_typical", "process"]

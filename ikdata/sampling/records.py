@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, TYPICAL_P,
-                                          Settings, judge_logits)
-from ikdata.sampling.pipeline import Extras, apply_cutoffs, process
+from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
+                                          judge_logits)
+from ikdata.sampling.pipeline import Extras, apply_cutoffs, apply_typical, process
 from ikdata.sampling.topk import implied
 from ikdata.sampling.stats import legendre, temperature_moments
 
@@ -52,10 +52,11 @@ def _pit_part(us: np.ndarray) -> dict[str, Any]:
 
 
 def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn: np.ndarray, order: str, tol: float,
-           seed: int) -> tuple[np.ndarray, Any]:
-    """The processed logits (penalties and bans applied in the engine's order) and the judged positions."""
+           seed: int) -> tuple[np.ndarray, Any, np.ndarray]:
+    """The processed logits (penalties and bans applied in the engine's order), the judged positions, and the
+    positions whose kept set is not a prefix by probability (typical sampling: PIT only)."""
     if extras is None:
-        return logits, judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed)
+        return logits, judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed), np.zeros(0, np.int64)
     x = process(logits, extras, "hf" if order == ANY else order)
     with np.errstate(invalid="ignore"):
         judged = judge_logits(x, settings, drawn, order=order, tol=tol, seed=seed)
@@ -64,9 +65,8 @@ def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn:
     judged.status[banned], judged.outside[banned], judged.u[banned] = OK, True, np.nan
     judged.kept[:] = np.minimum(judged.kept, np.isfinite(x).sum(axis=1))
     apply_cutoffs(x, settings, extras, drawn, judged, tol=tol, rng=np.random.default_rng(seed + 1))
-    typical = (extras.typical_p < 1) & (judged.status == OK) & ~judged.outside & ~judged.greedy
-    judged.status[typical], judged.kept[typical], judged.u[typical] = TYPICAL_P, 0, np.nan
-    return x, judged
+    irregular = apply_typical(x, settings, extras, drawn, judged, tol=tol, rng=np.random.default_rng(seed + 2))
+    return x, judged, irregular
 
 
 def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, seeds: Sequence[int] | None = None, *,
@@ -78,7 +78,7 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     Raises:
         RecordError: a drawn id outside the vocabulary, or shapes that disagree.
     """
-    logits, judged = _judge(np.asarray(logits), settings, extras, drawn, order, tol, seed)
+    logits, judged, irregular = _judge(np.asarray(logits), settings, extras, drawn, order, tol, seed)
     n = len(drawn)
     ok = judged.status == OK
     record: dict[str, Any] = {"kind": "logits", "order": order, "positions": n, "judged": int(ok.sum()),
@@ -86,10 +86,12 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
                               "outside": int(judged.outside.sum()), "outside_examples": [
                                   {"position": int(i), "token": int(drawn[i]), "kept": int(judged.kept[i])}
                                   for i in np.flatnonzero(judged.outside)[:EXAMPLES]]}
-    sampled = np.flatnonzero(ok & ~judged.greedy & ~judged.outside)
+    regular = ok & ~judged.greedy & ~judged.outside
+    regular[irregular] = False
+    sampled = np.flatnonzero(regular)
     small = sampled[judged.kept[sampled] <= SMALL_KEPT]
     large = sampled[judged.kept[sampled] > SMALL_KEPT]
-    record["pit"] = _pit_part(judged.u[large])
+    record["pit"] = _pit_part(np.concatenate([judged.u[large], judged.u[irregular]]))
     draws, distributions = [], {}
     vocab = logits.shape[1]
     width = min(vocab, SMALL_KEPT)

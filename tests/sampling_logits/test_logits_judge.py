@@ -52,6 +52,22 @@ def test_each_hf_bug_is_caught_at_1024_positions(model, tmp_path, bug):
         assert all("Twice (source" in c["reason"] for c in failed)
 
 
+@pytest.mark.parametrize("ignored", [False, True])
+def test_typical_sampling_is_modelled(model, tmp_path, ignored):
+    """typical_p keeps a set that is not a prefix by probability: judged by the PIT test and the outside check."""
+    from transformers.generation import logits_process as lp
+
+    import contextlib
+
+    bug = patched(lp.TypicalLogitsWarper, "__call__", lambda self, ids, s: s) if ignored else contextlib.nullcontext()
+    with bug:
+        capture_run(model, tmp_path / "ds", rows=32, typical_p=0.8, top_k=0, top_p=1.0, min_p=None)
+    result = replay_dir(tmp_path / "ds")
+    assert result.exit_code == int(ignored)
+    if ignored:
+        assert any("outside the kept set" in c["reason"] for c in _failed(result))
+
+
 def test_an_accepted_processor_is_not_checked_and_the_verdict_says_so(model, tmp_path):
     import json
 
