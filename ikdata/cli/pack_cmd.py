@@ -18,8 +18,10 @@ def pack(path: DatasetArg,
          pack_bytes: Annotated[int, typer.Option("--pack-bytes", help="About this many bytes per pack.")] = 64 << 20,
          json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Move small loose blobs into packs (blob/packs/); rows keep naming them as before."""
+    from ikdata.core.dataset import require_dataset
     from ikdata.ops.pack import pack_dataset
 
+    require_dataset(path)  # a folder holding no dataset: one message, nothing written (issue 27)
     result = pack_dataset(path, threshold=threshold, pack_bytes=pack_bytes)
     o = out.Output(json=json_, quiet=quiet)
     if result.skipped:
@@ -34,8 +36,10 @@ def pack(path: DatasetArg,
 @app.command()
 def unpack(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Write every packed blob back as a loose file and remove the packs (flashinfer-bench reads only loose blobs)."""
+    from ikdata.core.dataset import require_dataset
     from ikdata.ops.pack import unpack_dataset
 
+    require_dataset(path)
     result = unpack_dataset(path)
     out.Output(json=json_, quiet=quiet).result(result.to_dict(), lambda: out.info(
         f"{path}: wrote {result.written} loose blob(s); removed {len(result.packs_removed)} pack(s)"))

@@ -11,7 +11,8 @@ from ikdata.cli import app
 runner = CliRunner()
 
 READERS = [["validate", "--deep"], ["ls"], ["stats"], ["show", "{}", "0fd8"], ["lineage"], ["lineage", "{}", "0fd8"],
-           ["diff", "{}", "{}"], ["replay"], ["manifest"], ["repair"], ["gc"], ["index"], ["push", "{}", "memory://ux/x"]]
+           ["diff", "{}", "{}"], ["replay"], ["manifest"], ["repair"], ["gc"], ["index"], ["pack"], ["unpack"],
+           ["push", "{}", "memory://ux/x"]]
 
 
 def _args(template: list[str], folder) -> list[str]:
