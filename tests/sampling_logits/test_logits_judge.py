@@ -185,3 +185,40 @@ def test_honest_samplers_false_alarms_over_200_seeds_at_the_statistics_level():
         verdict = decide("d", [{"uuid": f"run-{run}", "definition": "d", "sampling": record}], alpha=1e-3)
         failed += verdict.statuses[f"run-{run}"][0] == "failed"
     assert failed <= 2, f"{failed} of 200 honest runs failed"
+
+
+def _records_verdict(logits, settings, extras, drawn, order="hf"):
+    from ikdata.sampling.groups import decide
+    from ikdata.sampling.records import record_logits
+
+    record = record_logits(logits, settings, drawn, np.arange(len(drawn)), order=order, extras=extras, seed=1)
+    return decide("d", [{"uuid": "a", "definition": "d", "sampling": record}]).statuses["a"]
+
+
+@pytest.mark.parametrize("honest", [True, False])
+def test_bans_and_epsilon_are_modelled(honest):
+    """No-repeat-ngram, bad words, min new tokens (EOS) and epsilon: an honest sampler passes, one that
+    skips them draws banned tokens (outside) or a too-wide distribution (PIT)."""
+    from ikdata.sampling.distribution import Settings, kept_distribution
+    from ikdata.sampling.pipeline import Extras, process
+
+    rng = np.random.default_rng(11 + honest)
+    n, vocab = 1024, 32
+    context = np.tile([5, 6, 7, 5, 6], (n, 1))  # ngram 3: (5, 6) -> 7 is banned; bad word (6, 9): 9 banned
+    logits = (rng.standard_normal((n, vocab)) * 1.5).astype(np.float32)
+    logits[:, [2, 7, 9]] += 3.0  # EOS (2) and the banned tokens are likely
+    extras = Extras.of(n, context=context, generated=2, no_repeat_ngram=3, min_new_tokens=4, eos=[2],
+                       bad_words=[[6, 9]], epsilon=0.02)
+    settings = Settings.of(n, temperature=0.9)
+    if honest:
+        x = process(logits, extras, "hf")
+        probs = kept_distribution(x, settings)
+        probs = np.where(probs >= 0.02, probs, 0.0)
+        probs /= probs.sum(axis=1, keepdims=True)
+    else:
+        probs = kept_distribution(logits, settings)
+    drawn = (rng.random(n)[:, None] > probs.cumsum(axis=1)).sum(axis=1).clip(0, vocab - 1)
+    status, reason, _ = _records_verdict(logits, settings, extras, drawn)
+    assert (status == "passed") == honest, reason
+    if not honest:
+        assert "outside the kept set" in reason
