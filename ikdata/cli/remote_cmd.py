@@ -19,9 +19,12 @@ LocalArg = Annotated[str, typer.Argument(help="Dataset folder.", show_default=Fa
                                          callback=_local_callback)]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel transfers.")]
 EndpointOpt = Annotated[Optional[str], typer.Option(
-    "--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL) or Hub endpoint (default: HF_ENDPOINT).")]
-ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="AWS profile (default: AWS_PROFILE).")]
-RevisionOpt = Annotated[Optional[str], typer.Option("--revision", help="Hub branch or commit (or URL@REV).")]
+    "--endpoint-url", metavar="URL",
+    help="S3 endpoint (default: AWS_ENDPOINT_URL) or Hub endpoint (default: HF_ENDPOINT).")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", metavar="NAME",
+                                                   help="AWS profile (default: AWS_PROFILE).")]
+RevisionOpt = Annotated[Optional[str], typer.Option("--revision", metavar="REV",
+                                                    help="Hub branch or commit (or URL@REV).")]
 PackOpt = Annotated[bool, typer.Option("--pack/--no-pack", help="Send packs as packs and pack small loose blobs "
                                        "(default); --no-pack sends every blob loose (remote layout 1, which "
                                        "older ikdata reads).")]
