@@ -12,7 +12,7 @@ and a packed copy (``ikdata pack``), then measures in the same run, files warm i
 * the whole ``validate(ds, deep=True)`` on both copies, and ``ikdata pack`` itself.
 
 Usage:
-    .venv/bin/python tools/bench/bench_packs.py [--workloads 5000] [--dir PATH] [--jobs N] [--repeat 3]
+    .venv/bin/python tools/bench/bench_packs.py [--workloads 5000] [--dir PATH] [--jobs N] [--repeat 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -98,7 +98,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pack-bytes", type=int, default=64 << 20, help="ikdata pack --pack-bytes")
+    parser.add_argument("--smoke", action="store_true", help="200 workloads, one repeat, in a temporary folder")
     args = parser.parse_args()
+    if args.smoke:
+        import tempfile
+
+        args.workloads, args.repeat = 200, 1
+        args.dir = Path(tempfile.mkdtemp(prefix="ikdata-bench-packs-"))
 
     import ikdata
     from ikdata.core.packs import check_packs, load_packs
@@ -155,6 +161,8 @@ def main() -> None:
         print(f"validate --deep, {label}: {seconds_all:.3f} s ({loose_bytes / seconds_all / 1e9:.2f} GB/s of blob "
               f"bytes, records included)")
     print(f"ikdata pack (first run, {len(small)} blobs): {pack_seconds:.2f} s")
+    if args.smoke:
+        shutil.rmtree(args.dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
