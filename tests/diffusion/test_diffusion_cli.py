@@ -52,6 +52,9 @@ def test_capture_the_video_example_then_validate_show_stats_lineage_noise(tmp_pa
     assert chain["definition"] == "flow_euler_step_r3_f32"
     assert chain["capture"]["step"] == 2 and chain["capture"]["variant"] == "audio"
     assert chain["uses"] == [f"trajectory {short} step 2 audio (scheduler_step)"]
+    step_shown = ikdata("show", str(into), f"{short}:2:audio", "--json")  # show takes lineage's keys (#27)
+    assert step_shown.returncode == 0, step_shown.stderr
+    assert json.loads(step_shown.stdout)["row"]["workload"]["uuid"] == chain["uuid"]
 
     shapes = [f"--shape={s['name']}=" + ",".join(map(str, s["shape"])) for s in record["noise"]["streams"]]
     noise = ikdata("noise", "7", *shapes, "--json")
