@@ -222,3 +222,24 @@ def test_bans_and_epsilon_are_modelled(honest):
     assert (status == "passed") == honest, reason
     if not honest:
         assert "outside the kept set" in reason
+
+
+def test_sampling_capture_could_not_record_is_named_as_lost(model, tmp_path):
+    """A sampled beam search draws outside _sample: the failure is marked lost, so ikdata capture exits 1."""
+    import ikdata.capture
+    from ikdata.capture import boot
+    from ikdata.capture.config import CaptureConfig
+    from ikdata.capture.runner import CaptureResult
+
+    cap = boot.install(CaptureConfig(into=str(tmp_path / "ds"), only=("sampling",)))
+    try:
+        prompt = torch.tensor([[1, 5, 7, 9, 3]])
+        with torch.inference_mode(), ikdata.capture.request("beams"):
+            model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=2, do_sample=True,
+                           num_beams=2, pad_token_id=0)
+        failures = list(cap.failures)
+    finally:
+        boot.uninstall()
+    assert failures and all(f.get("lost") for f in failures)
+    lost = CaptureResult(0, {}, failures=failures).lost_calls()
+    assert lost and "beam search" in lost[0] and lost[0].startswith("sampling_logits_f32")
