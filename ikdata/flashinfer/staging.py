@@ -83,12 +83,34 @@ def _no_trace_dump() -> Iterator[None]:
             os.environ["FLASHINFER_TRACE_DUMP_DIR"] = saved
 
 
+_MATCHED: dict[tuple, Match | Refused] = {}
+
+
 def match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
-    """The template and definition of a call.
+    """The template and definition of a call (calls of one API with the same shapes, dtypes and plain
+    arguments are matched once).
 
     Raises:
         Refused: no template fits, several do, or the folder has no definition of that name.
     """
+    import torch
+
+    key = (call.fi_api, id(folder_definitions), tuple(sorted(
+        (p, tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else (p, repr(v))
+        for p, v in call.arguments.items())))
+    found = _MATCHED.get(key)
+    if found is None:
+        try:
+            found = _match(call, folder_definitions)
+        except Refused as exc:
+            found = exc
+        _MATCHED[key] = found
+    if isinstance(found, Refused):
+        raise found
+    return found
+
+
+def _match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
     import torch
 
     fitting = []
@@ -159,6 +181,7 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
 
     staged = Staged(out)
     writer = DatasetWriter(out)
+    _MATCHED.clear()  # keyed by the folder's identity: valid within one staging only
     folder_definitions = None
     if definitions_folder is not None:
         folder_definitions, bad = read_definition_folder(definitions_folder)
