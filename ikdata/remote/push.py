@@ -242,7 +242,7 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int, progress: Pro
     checked = {r.rel for r in relied} - set(check.damaged)
     resend = sorted(rel for rel in local.blobs if digest_from_path(rel) not in remote.members and rel not in checked)
     missing = [rel for rel in resend if rel not in check.damaged]
-    whole, items, loose = _plan_sending(local, mine, resend, packing)
+    whole, items, loose = _plan_sending(local, mine, resend, packing, set(check.damaged))
     holder, built, counts = build_packs(items, pack_bytes=packing.pack_bytes) if items else (None, [], [])
     try:
         pack_uploads, index_uploads = [], []
@@ -276,14 +276,17 @@ def _relied_pack(local: LocalSnapshot, remote: RemotePack, checksums: ChecksumCa
                   md5=checksums.md5(remote.digest), git_blob_id=checksums.git_blob_id(remote.digest))
 
 
-def _plan_sending(local: LocalSnapshot, mine: Any, resend: list[str],
-                  packing: _Packing) -> tuple[list[tuple[str, str, int]], list[PackItem], list[str]]:
+def _plan_sending(local: LocalSnapshot, mine: Any, resend: list[str], packing: _Packing,
+                  damaged: set[str]) -> tuple[list[tuple[str, str, int]], list[PackItem], list[str]]:
     """Which blobs go how: local packs sent whole (those holding at least half the bytes they hold among
-    the blobs to send, and verifying), tensors for new packs (read verified), and loose paths."""
+    the blobs to send, and verifying), tensors for new packs (read verified), and loose paths (large
+    blobs, and damaged loose objects: repaired in place, for readers of the loose layout)."""
     if not packing.enabled:
         return [], [], resend
     by_pack: dict[str, list[str]] = {}
     for rel in resend:
+        if rel in damaged:
+            continue
         blob = mine.find(digest_from_path(rel)) if not (local.root / rel).is_file() else None
         if blob is not None:
             by_pack.setdefault(blob.index, []).append(rel)
@@ -302,7 +305,7 @@ def _plan_sending(local: LocalSnapshot, mine: Any, resend: list[str],
     for rel in resend:
         if rel in done:
             continue
-        if local.blobs[rel] >= packing.threshold:
+        if local.blobs[rel] >= packing.threshold or rel in damaged:
             loose.append(rel)
             continue
         digest = digest_from_path(rel)

@@ -106,7 +106,7 @@ def test_a_blob_left_in_the_staging_folder_is_rehashed_before_it_lands(make_ikda
     """Every landing blob is rehashed: one an interrupted clone left behind (here: corrupt) is fetched again."""
     root = make_ikdata_dataset(2)
     url = remote_url("folder", None, tmp_path)
-    push(root, url)
+    push(root, url, pack=False)  # loose objects: the clone lands loose blobs
     from ikdata.core.manifest import dataset_id
 
     remote_id = dataset_id(read_remote_manifest(url))

@@ -26,7 +26,7 @@ from security_helpers import remote_url
 def test_a_remote_blob_flipped_in_place_is_sent_again(backend, request, make_ikdata_dataset, tmp_path):
     root = make_ikdata_dataset(2)
     url = remote_url(backend, request, tmp_path)
-    push(root, url)
+    push(root, url, pack=False)  # a loose object to damage
     rel = first_blob(root)
     tamper(url, rel, flip_last_byte(root / rel), hub=request.getfixturevalue("hub_server") if backend == "hf" else None)
     a = np.full((3, 8), 2.0, dtype=np.float32)
