@@ -254,6 +254,12 @@ def check_generic(definition: Definition) -> str | None:
     return None
 
 
+def vouches(definition: Any) -> bool:
+    """Whether replay judges ``definition``'s workloads with ikdata's own forward, never its reference text (the
+    diffusion family's ``vouches``: re-judging them at import needs no trust in the definition)."""
+    return is_generic(definition) and check_generic(definition) is None
+
+
 def model_class(name: object) -> type:
     """The Diffusers model class a model record names: a ``ModelMixin`` subclass diffusers exports.
 
@@ -304,4 +310,4 @@ def _is_tensor(value: Any) -> bool:
 
 
 __all__ = ["FlatCall", "GENERIC_TAG", "build", "check_generic", "definition_for", "flatten", "forward", "is_generic",
-           "model_class", "outputs_of", "reference_source", "structure", "unflatten"]
+           "model_class", "outputs_of", "reference_source", "structure", "unflatten", "vouches"]

@@ -236,7 +236,9 @@ def _claim_reasons(source: Source, definition: Definition, validation: dict, *, 
     a step judged by its trajectory (``validation["trajectory"]``) is re-judged by replaying that
     trajectory (:mod:`ikdata.importing.rejudge`), which runs the same trusted references.
     """
-    if not is_trusted(definition, digests=frozenset(trust), trusted=source.trusted):
+    from ikdata.judging.families import vouched
+
+    if not is_trusted(definition, digests=frozenset(trust), trusted=source.trusted) and not vouched(definition):
         return [f"SRC's report claims a pass that cannot be re-judged here: the reference of "
                 f"{definition.name!r} (definition digest {definition.digest}) is not trusted, so it does not "
                 f"run; name its folder with --definitions DIR, trust it with --trust {definition.digest}, or "

@@ -37,6 +37,9 @@ class Family:
         blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
         capture: a module with ``install(capturer)`` (and optionally ``uninstall()``) that ``ikdata capture``
             installs after the operator adapters: the family's own hooks (HF's sampler, Diffusers pipelines).
+        vouches: ``f(definition)``: whether the family judges the definition's workloads with its own code only,
+            never running the definition's reference (diffusion's discovered denoiser calls), so re-judging
+            them needs no trust in the definition.
     """
 
     name: str
@@ -48,6 +51,7 @@ class Family:
     execute: str | None = None
     blobs: str | None = None
     capture: str | None = None
+    vouches: str | None = None
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The family's function ``name`` ("finish", "regroup", "owns", "settle", "execute"), or None."""
@@ -68,7 +72,8 @@ FAMILIES: tuple[Family, ...] = (
            capture="ikdata.sampling.capture"),
     Family("diffusion", owns="ikdata.diffusion.replay:is_denoiser", settle="ikdata.diffusion.replay:settle_step",
            finish="ikdata.diffusion.replay:finish", regroup="ikdata.diffusion.verdicts:regroup",
-           blobs="ikdata.diffusion.replay:blob_paths", capture="ikdata.diffusion.capture", needs_whole_run=True),
+           blobs="ikdata.diffusion.replay:blob_paths", capture="ikdata.diffusion.capture", needs_whole_run=True,
+           vouches="ikdata.diffusion.discovery:vouches"),
     Family("operators"),  # judged case by case by closeness or a metric judge: the replay loop itself
 )
 OPERATORS = FAMILIES[-1]
@@ -82,6 +87,15 @@ def owner(definition: Any) -> Family:
             if owns is not None and owns(definition):
                 return family
     return OPERATORS
+
+
+def vouched(definition: Any) -> bool:
+    """Whether a family judges ``definition``'s workloads with its own code only (:attr:`Family.vouches`)."""
+    for family in FAMILIES:
+        vouches = family.hook("vouches")
+        if vouches is not None and vouches(definition):
+            return True
+    return False
 
 
 def finish_all(run: Any, *, shard: Any = None, narrowed: bool = False,
@@ -117,4 +131,5 @@ def regroup_all(report: dict[str, Any]) -> None:
             regroup(report)
 
 
-__all__ = ["FAMILIES", "Family", "OPERATORS", "capture_modules", "finish_all", "finish_blobs", "owner", "regroup_all"]
+__all__ = ["FAMILIES", "Family", "OPERATORS", "capture_modules", "finish_all", "finish_blobs", "owner", "regroup_all",
+           "vouched"]

@@ -85,3 +85,15 @@ def test_an_argument_ikdata_cannot_record_is_named(value):
 
     with pytest.raises(ValueError, match="argument 'extra"):
         discovery.flatten(Model(), (torch.zeros(1, 2),), {"extra": value})
+
+
+def test_an_honest_flux_dataset_imports_with_its_discovered_denoiser_rejudged(tmp_path):
+    from ikdata.importing.apply import import_dataset
+    from ikdata.core.layout import init_dataset
+
+    root = pj.capture(tmp_path / "src", "flux-true-cfg", steps=2)
+    assert pj.trajectory_case(pj.replay(root, root / "reports" / "replay.json"))["status"] == "passed"
+    init_dataset(tmp_path / "dst", name="dst")
+    result = import_dataset(root, tmp_path / "dst")  # no --trust-reports: the diffusion family vouches for its code
+    statement = result.rejudged.statement()
+    assert statement.startswith("re-judged 6 of 6 cases") and "all agree" in statement  # 4 calls, 2 steps
