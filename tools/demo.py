@@ -133,7 +133,7 @@ class Demo:
             return
         print()
         print("  worst e/f: per denoising step, the engine's error e divided by the floor f (how far two correct")
-        print("             attention kernels differ); a step passes while e <= k*f + eps (k = 4).")
+        print("             attention kernels differ); a step passes while e <= k*f + eps (k = 4, --floor-k).")
         print("  PSNR:      how close the decoded clip is to the reference decode of the same latents, in dB;")
         print("             higher is closer (identical frames show 100), the page draws it per frame.")
         print()
@@ -145,21 +145,20 @@ class Demo:
             print(f"Open the replay report in a browser: {shown(page)}")
 
 
-def _counts(counts: dict[str, int]) -> str:
-    n, defs = sum(counts.values()), len(counts)
+def _counts(root: Path, counts: dict[str, int]) -> str:
+    """``N workloads of D definitions (3 attention, 12 gemm, ...)``: per op type, as definitions/<op_type>/ says."""
+    op_type = {p.stem: p.parent.name for p in (root / "definitions").glob("*/*.json")}
     kinds: dict[str, int] = {}
-    for name in counts:
-        kind = "gemm" if "gemm" in name else "attention" if "sdpa" in name or "attention" in name else \
-            "norm" if "norm" in name else name.split("_")[0]
-        kinds[kind] = kinds.get(kind, 0) + counts[name]
+    for name, n in counts.items():
+        kinds[op_type.get(name, "other")] = kinds.get(op_type.get(name, "other"), 0) + n
     per = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
-    return f"{n} workloads of {defs} definitions ({per})"
+    return f"{sum(counts.values())} workloads, {len(counts)} definitions ({per})"
 
 
 def captured(root: Path) -> Callable[[Any], str]:
     def line(d: dict) -> str:
         processes = f" in {d['processes']} processes" if d.get("processes", 1) > 1 else ""
-        return f"{_counts(d['counts'])}{processes}; dataset id {(d.get('dataset_id') or '?')[:12]}"
+        return f"{_counts(root, d['counts'])}{processes}; id {(d.get('dataset_id') or '?')[:12]}"
     return line
 
 
@@ -179,7 +178,7 @@ def replayed(root: Path, before: str) -> Callable[[Any], str]:
         after = dataset_id(root)
         report = Path(d.get("report") or "reports/replay.json")
         report = report.relative_to(root) if report.is_absolute() and report.is_relative_to(root) else report
-        ids = f"; id {before} -> {after}: the manifest now lists {report}" if after != before else ""
+        ids = f"; id {before} -> {after} ({report} added)" if after != before else ""
         return f"{verdicts or 'nothing to judge'}{reused}{ids}"
     return line
 
@@ -189,32 +188,36 @@ def imported(src: Path) -> Callable[[Any], str]:
         added = len(d["added"])
         moved = d["blobs_linked"] + d["blobs_copied"]
         if not added:
-            return (f"added nothing: its {len(d['skipped'])} workloads and {d['blobs_present']} blobs are there "
-                    f"already ({human_bytes(d['bytes_in'])} in); shared stays {d['dataset_id'][:12]}")
-        text = f"added {added} workloads, {moved} blobs ({human_bytes(d['bytes_in'])})"
+            return (f"nothing added: its {len(d['skipped'])} workloads are there, {human_bytes(d['bytes_in'])} "
+                    f"copied; id stays {d['dataset_id'][:12]}")
+        text = f"+{added} workloads, +{moved} blobs ({human_bytes(d['bytes_in'])})"
         if d["blobs_present"]:
             text += f", {d['blobs_present']} blobs there already"
         rejudged = d.get("rejudged") or {}
         if rejudged.get("judged"):
-            text += (f"; re-judged {rejudged['judged']} of {rejudged.get('claimed', '?')} verdicts: "
-                     f"{'all agree' if rejudged.get('agree') else 'DISAGREE'}")
-        return text + f"; shared is now {d['dataset_id'][:12]}, merged from {src.name} {d['parent_id'][:12]}"
+            text += (f"; {rejudged['judged']}/{rejudged.get('claimed', '?')} verdicts re-judged: "
+                     f"{'agree' if rejudged.get('agree') else 'DISAGREE'}")
+        return text + f"; id {d['dataset_id'][:12]} (merged from {d['parent_id'][:12]})"
     return line
 
 
 def stats(d: dict) -> str:
-    return (f"{d['workloads']} workloads of {d['definitions']} definitions, {d['unique_blobs']} blobs: "
-            f"{human_bytes(d['stored_bytes'])} stored for {human_bytes(d['referenced_bytes'])} the rows reference")
+    return (f"{d['workloads']} workloads, {d['definitions']} definitions, {d['unique_blobs']} blobs: "
+            f"{human_bytes(d['stored_bytes'])} stored for {human_bytes(d['referenced_bytes'])} referenced")
 
 
 def lineage(d: list) -> str:
     chain = d[0]
     capture = chain.get("capture") or {}
-    parts = [f"{chain['uuid'][:8]} ({chain['definition']}): captured by {capture.get('engine', '?')}"
-             + (f" from {capture['model']}" if capture.get("model") else "")
-             + (f", step {capture['step']}" if capture.get("step") is not None else "")]
+    call = chain.get("call") or {}
+    where = (f", step {call['step']} {call.get('stream')} ({call.get('role')})" if call.get("step") is not None else
+             f", step {capture['step']}" if capture.get("step") is not None else "")
+    parts = [f"{chain['uuid'][:8]} ({chain['definition']}): {capture.get('engine', '?')}"
+             + (f", {capture['model']}" if capture.get("model") else "") + where]
     if chain.get("imports"):
         parts.append(f"imported {len(chain['imports'])}x")
+    if not chain.get("imports") and not chain.get("validations"):
+        return parts[0]
     if chain.get("validations"):
         parts.append(f"validated {len(chain['validations'])}x ({chain['validations'][-1].get('status')})")
     return ", ".join(parts)
@@ -230,15 +233,19 @@ def clip_verdict(clip: Path) -> Callable[[Any], str]:
             m = case.get("trajectory") or {}
             worst = m.get("worst") or {}
             decode = m.get("decode") or {}
-            text = f"trajectory {case['status']}: {m.get('steps_passed')}/{m.get('steps_total')} steps passed"
-            if worst.get("ratio") is not None:
+            text = f"trajectory {case['status']} ({m.get('steps_passed')}/{m.get('steps_total')} steps)"
+            if worst.get("ratio") == 0:
+                text += ", worst e/f 0 (exact)"
+            elif worst.get("ratio") is not None:
                 text += f", worst e/f {worst['ratio']:.3g} at step {worst.get('step')} ({worst.get('stream')})"
             if decode.get("psnr_mean_db") is not None:
-                text += f", PSNR {decode['psnr_mean_db']:.1f}/{decode['psnr_worst_db']:.1f} dB (mean/worst frame)"
+                text += f", PSNR {decode['psnr_mean_db']:.1f}/{decode['psnr_worst_db']:.1f} dB (mean/worst)"
             parts.append(text)
-        c = d["counts"]
-        parts.append(f"{operators} operator cases: " + ", ".join(f"{c[k]} {k}" for k in ("passed", "failed", "error",
-                                                                                          "skipped") if c.get(k)))
+        verdicts: dict[str, int] = {}
+        for case in report["cases"]:
+            if not str(case.get("definition", "")).startswith("trajectory:"):
+                verdicts[case["status"]] = verdicts.get(case["status"], 0) + 1
+        parts.append(f"{operators} operator cases: " + ", ".join(f"{n} {k}" for k, n in sorted(verdicts.items())))
         return "; ".join(parts)
     return line
 
@@ -253,47 +260,50 @@ def main() -> None:
     demo = Demo(out)
     print(f"ikdata demo: {STEPS} steps, a few minutes; each command's output goes to {shown(demo.log)}", flush=True)
 
-    demo.run("capture MiniLM (real weights)",
+    demo.run("capture MiniLM",
              ["capture", "--into", str(minilm), "--max-per-definition", "3", "--engine", "transformers",
               "--model", "sentence-transformers/all-MiniLM-L6-v2", "--", sys.executable,
               str(examples / "minilm_embed.py")], captured(minilm))
-    demo.run("capture tiny Llama generate",
+    demo.run("capture tiny Llama",
              ["capture", "--into", str(llama), "--max-per-definition", "3", "--engine", "transformers",
               "--model", "tiny-llama (random weights)", "--", sys.executable, str(examples / "tiny_llama_generate.py")],
              captured(llama))
     for name, path in (("MiniLM", minilm), ("tiny Llama", llama)):
-        demo.run(f"validate --deep {name} capture", ["validate", "--deep", str(path)], validated)
-        demo.run(f"replay {name} capture", ["replay", str(path)], replayed(path, dataset_id(path)))
-    demo.run("init shared dataset", ["init", str(shared), "--name", "shared-demo"],
+        demo.run(f"validate --deep {name}", ["validate", "--deep", str(path)], validated)
+        demo.run(f"replay {name}", ["replay", str(path)], replayed(path, dataset_id(path)))
+    demo.run("init shared", ["init", str(shared), "--name", "shared-demo"],
              lambda d: f"an empty dataset, id {d['id'][:12]}")
-    demo.run("import MiniLM capture", ["import", str(minilm), str(shared)], imported(minilm))
-    demo.run("import tiny Llama capture", ["import", str(llama), str(shared)], imported(llama))
-    demo.run("import MiniLM again (dedup)", ["import", str(minilm), str(shared)], imported(minilm))
+    demo.run("import MiniLM", ["import", str(minilm), str(shared)], imported(minilm))
+    demo.run("import tiny Llama", ["import", str(llama), str(shared)], imported(llama))
+    demo.run("import MiniLM again", ["import", str(minilm), str(shared)], imported(minilm))
     demo.run("validate --deep shared", ["validate", "--deep", str(shared)], validated)
     demo.run("stats shared", ["stats", str(shared)], stats)
     listing = demo.run("ls shared", ["ls", str(shared)],
                        lambda d: f"{len(d)} workloads, e.g. {d[0]['uuid'][:8]} ({d[0]['definition']})")
     uuid = listing[0]["uuid"] if listing else None
     if uuid:
-        demo.run("lineage of one workload", ["lineage", str(shared), uuid], lineage)
-    demo.run("capture tiny LTX-2 text-to-video",
+        demo.run("lineage of one", ["lineage", str(shared), uuid], lineage)
+    demo.run("capture LTX-2 clip",
              ["capture", "--into", str(clip), "--max-per-definition", "3", "--", sys.executable,
               str(examples / "tiny_video.py"), str(out / "clip.mp4")], captured(clip))
-    demo.run("validate --deep clip capture", ["validate", "--deep", str(clip)], validated)
+    demo.run("validate --deep clip", ["validate", "--deep", str(clip)], validated)
     trajectory = next((json.loads(line)["trajectory"] for f in sorted((clip / "trajectories").glob("*.jsonl"))
                        for line in f.read_text().splitlines()[:1]), None)
     if trajectory:
-        demo.run("show the trajectory", ["show", str(clip), trajectory[:12]],
-                 lambda d: f"trajectory {trajectory[:12]}: its steps, streams, noise recipe and clip")
-        demo.run("lineage of its step 0 (video)", ["lineage", str(clip), f"{trajectory[:12]}:0:video"], lineage)
+        demo.run("show trajectory", ["show", str(clip), trajectory[:12]],
+                 lambda d: f"{d['pipeline']} {trajectory[:12]} ({d['status']}): "
+                           + " + ".join(f"{n} {s}" for s, n in sorted(d["steps"].items()))
+                           + f" steps, seed {d['seed']}, noise reproduced: "
+                           + ("yes" if all((d.get("noise_check") or {"?": False}).values()) else "no"))
+        demo.run("lineage of step 0", ["lineage", str(clip), f"{trajectory[:12]}:0:video"], lineage)
     # judge every step against the reference's own floor, check the clip, and draw it
-    demo.run("replay the clip: steps vs floor, decode check",
+    demo.run("replay clip",
              ["replay", str(clip), "--pipeline", f"{examples / 'tiny_video.py'}:build", "--clip", str(out / "clip.mp4")],
              clip_verdict(clip))
     page = out / "clip-report.html"
-    demo.run("draw the clip's replay report", ["report", str(clip), "--html", str(page)],
+    demo.run("report --html", ["report", str(clip), "--html", str(page)],
              lambda d: f"{shown(page)}: {d['cases']} cases, {d['failing']} failing, "
-                       f"{human_bytes(d['bytes'])} (plotly.js beside it)")
+                       f"{human_bytes(d['bytes'])} + plotly.js beside it")
     ik = shown(Path(sys.executable).parent / "ikdata")
     key = uuid[:8] if uuid else "UUID"
     further = [(f"{ik} ls {shown(shared)}", "every workload: uuid, definition, axes"),
