@@ -44,10 +44,6 @@ def trajectory_case(report: dict) -> dict:
     return case
 
 
-def failing(case: dict) -> list[tuple[int, str]]:
-    return [(s["index"], s["stream"]) for s in case["trajectory"]["steps"] if not s["passed"]]
-
-
 def step_statuses(report: dict, kind: str) -> dict[int, set[str]]:
     """Step index -> statuses of that step's denoiser (or scheduler-step) workload cases."""
     case = trajectory_case(report)

@@ -97,3 +97,12 @@ def test_an_honest_flux_dataset_imports_with_its_discovered_denoiser_rejudged(tm
     result = import_dataset(root, tmp_path / "dst")  # no --trust-reports: the diffusion family vouches for its code
     statement = result.rejudged.statement()
     assert statement.startswith("re-judged 6 of 6 cases") and "all agree" in statement  # 4 calls, 2 steps
+
+
+def test_every_refused_pipeline_is_one_diffusers_has():
+    import diffusers
+
+    from ikdata.diffusion import adapters
+
+    assert all(isinstance(getattr(diffusers, name, None), type) for name in adapters.REFUSED), \
+        [n for n in adapters.REFUSED if not isinstance(getattr(diffusers, n, None), type)]
