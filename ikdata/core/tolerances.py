@@ -16,7 +16,8 @@ Why these numbers:
   closeness there is absolute.
 - ``float8_e5m2`` (eps 2**-2): rtol 0.5; atol 2**-14 (its smallest normal).
 - ``float64``: torch.testing's defaults (rtol 1e-7, atol 1e-7).
-- Integers and bools are exact.
+- Integers and bools are exact; so is ``float8_e8m0fnu`` (FlashInfer's MX block scales): a power of two,
+  so two values agree or differ by a factor of two at least.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     "float8_e5m2": {"rtol": 0.5, "atol": 2.0 ** -14},
 }
 
-EXACT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool")
+EXACT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e8m0fnu")
 
 # Named metric judges: their metrics and default bounds (a definition may tighten or
 # loosen them; verify compares against the definition it is given, else these).
