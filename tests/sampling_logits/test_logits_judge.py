@@ -163,7 +163,7 @@ def test_too_few_draws_are_not_judged_and_strict_replay_exits_1(tmp_path):
 
 
 def test_honest_samplers_false_alarms_over_200_seeds_at_the_statistics_level():
-    """200 honest runs (vLLM order: presence and repetition penalties, top-k, min-p; 256 positions each) at
+    """200 honest runs (vLLM order: presence and repetition penalties, top-k, min-p; 128 positions each) at
     alpha 1e-3: the false-alarm count is Binomial(200, <= 1e-3), so more than 2 has probability <= 0.0012."""
     from ikdata.sampling.distribution import Settings, kept_distribution
     from ikdata.sampling.groups import decide
@@ -173,7 +173,7 @@ def test_honest_samplers_false_alarms_over_200_seeds_at_the_statistics_level():
     rng = np.random.default_rng(24)
     failed = 0
     for run in range(200):
-        n = 256
+        n = 128
         context = rng.integers(0, 32, (n, 6))
         logits = (rng.standard_normal((n, 32)) * 2).astype(np.float32)
         extras = Extras.of(n, context=context, generated=3, presence_penalty=0.5, repetition_penalty=1.2)
