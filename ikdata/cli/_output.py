@@ -20,15 +20,14 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn, Sequence
 
 from ikdata.cli._progress import human_bytes, open_meter  # noqa: F401  (commands use out.human_bytes)
 from ikdata.core.problems import Problem
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 # C0 and C1 controls but newline and tab, DEL, and the Unicode controls that reorder or break lines
 # (bidirectional overrides and isolates, line and paragraph separators): a record may hold any of them.
@@ -45,11 +44,35 @@ def terminal_safe(text: Any) -> str:
 
 def cell(value: Any) -> Text:
     """A table cell showing ``value`` literally: control characters escaped, no rich markup parsed."""
+    from rich.text import Text
+
     return Text(terminal_safe(value))
 
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# ``console`` (stdout) and ``err_console`` (stderr) are made on first use (PEP 562): rich is most of what a
+# read-only command would otherwise import before it starts, and ``info`` lines need none of it.
+_CONSOLES: dict[str, "Console"] = {}
+
+
+def _console(name: str) -> "Console":
+    if name not in _CONSOLES:
+        from rich.console import Console
+
+        _CONSOLES[name] = Console(stderr=name == "err_console", highlight=False, soft_wrap=True)
+    return _CONSOLES[name]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("console", "err_console"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def escape(text: str) -> str:
+    """``text`` with rich markup escaped (:func:`rich.markup.escape`)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class Output:
@@ -90,7 +113,7 @@ class Output:
     def warn(self, message: str) -> None:
         """Something the user should know that is not the result: stderr, even with --json."""
         if not self.quiet:
-            err_console.print(f"[yellow]warning:[/yellow] {escape(terminal_safe(message))}", markup=True,
+            _console("err_console").print(f"[yellow]warning:[/yellow] {escape(terminal_safe(message))}", markup=True,
                               highlight=False)
 
     def problems(self, found: Sequence[Problem], *, label: str = "") -> None:
@@ -103,7 +126,7 @@ class Output:
         if self.quiet:
             yield None
             return
-        with open_meter(label, unit=unit, console=err_console) as meter:
+        with open_meter(label, unit=unit, console=_console("err_console")) as meter:
             yield meter
 
     def exit(self, found: Any = (), *, code: int | None = None) -> NoReturn:
@@ -146,21 +169,25 @@ def emit_json_lines(records: Iterable[Any]) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    from rich.table import Table
+
     t = Table(title=cell(title), title_justify="left")
     for column in columns:
         t.add_column(column, overflow="fold")
     for row in rows:
         t.add_row(*(cell(c) for c in row))
-    console.print(t)
+    _console("console").print(t)
 
 
 def problems(found: Sequence[Problem], *, to_stdout: bool = False, label: str = "") -> None:
     """Print problems, one per line (stderr unless ``to_stdout``: only validate's result list goes there)."""
-    target = console if to_stdout else err_console
+    if not found:
+        return
+    target = _console("console" if to_stdout else "err_console")
     for p in found:
         target.print(f"[red]✗[/red] {escape(terminal_safe(label + str(p)))}", markup=True, highlight=False)
 
 
 def info(message: str) -> None:
     """A line of human output on stdout, control characters escaped (:func:`terminal_safe`)."""
-    console.print(terminal_safe(message), markup=False)
+    sys.stdout.write(terminal_safe(message) + "\n")  # as rich would print it (soft wrap, no markup), without rich

@@ -19,9 +19,10 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 INTERVAL_ENV = "IKDATA_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 5.0
