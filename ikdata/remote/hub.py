@@ -119,7 +119,7 @@ class HubBackend(Backend):
         from huggingface_hub.errors import EntryNotFoundError
         from huggingface_hub.hf_api import RepoFile
 
-        base = self._path(prefix.rstrip("/"))
+        base = self._path(prefix.rstrip("/")) if prefix else self.sub  # "" lists the whole remote
         strip = f"{self.sub}/" if self.sub else ""
         listed = {}
         with self._errors(f"list {prefix}"):

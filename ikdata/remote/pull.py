@@ -30,7 +30,7 @@ from ikdata.remote.local_dataset import open_source
 from ikdata.remote.backend import parse_remote_manifest
 from ikdata.core.packs import PACK_DIR, cached_packs
 from ikdata.remote.packs import Landed, fetch_members, find_remote_packs
-from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, run_parallel
+from ikdata.remote.transfer import DEFAULT_JOBS, Progress, ProgressCallback, run_parallel
 from ikdata.remote.url import RemoteOptions
 from ikdata.core.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, make_temp, rehash_file, rehash_files
 
@@ -201,14 +201,29 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
     missing = [rel for rel in todo if rel not in listed and rel not in from_packs]
     todo = [rel for rel in todo if rel in listed and rel not in from_packs]
     landed = Landed()
+    total = len(from_packs) + len(todo)
+    total_bytes = sum(m.loose_size for p in by_pack for m in remote.packs[p].members
+                      if blob_path(m.digest) in from_packs) + sum(listed[r] for r in todo)
+    done = done_bytes = 0
+    if progress is not None and by_pack:
+        progress(Progress("download", 0, total, 0, total_bytes))
     for digest, rels in sorted(by_pack.items()):  # each pack's members in one request or a few ranges
-        landed.merge(fetch_members(backend, remote.packs[digest], [digest_from_path(r) for r in rels], target,
-                                   jobs=jobs))
+        got = fetch_members(backend, remote.packs[digest], [digest_from_path(r) for r in rels], target, jobs=jobs)
+        landed.merge(got)
+        done += len(rels)
+        done_bytes += sum(size for d, size in got.landed.items() if blob_path(d) in from_packs)
+        if progress is not None:
+            progress(Progress("download", done, total, done_bytes, total_bytes))
 
     def one(rel: str) -> str | None:
         return _fetch_verified(backend, rel, target / rel)
 
-    failures = run_parallel("download", todo, one, size_of=lambda r: listed[r], jobs=jobs, progress=progress)
+    def shifted(p: Progress) -> None:
+        assert progress is not None
+        progress(Progress(p.phase, done + p.objects_done, total, done_bytes + p.bytes_done, total_bytes))
+
+    failures = run_parallel("download", todo, one, size_of=lambda r: listed[r], jobs=jobs,
+                            progress=shifted if progress is not None and (todo or not by_pack) else None)
     corrupted = [(rel, why) for rel, why in zip(todo, failures) if why] + sorted(landed.refused.items())
     messages = []
     if missing:

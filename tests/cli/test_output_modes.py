@@ -157,8 +157,8 @@ def test_json_of_every_command_parses(tmp_path, make_ikdata_dataset):
     assert ok("replay-combine", str(tmp_path / "combined.json"), shard["report"])["exit_code"] == 0
     assert ok("capture", "--into", str(tmp_path / "cap"), "--", "true")["returncode"] == 0
     assert ok("index", str(src))["rows"] == 3
+    assert ok("unpack", str(tmp_path / "cloned"))["written"] > 0  # a clone of a packed remote is packed
     assert ok("pack", str(tmp_path / "cloned"))["packed"] > 0
-    assert ok("unpack", str(tmp_path / "cloned"))["written"] > 0
     assert ok("noise", "42", "--shape", "video=1,2")["digest"]
     assert ok("report", str(src), "--html", str(tmp_path / "report.html"))["cases"] == 3
     untested = set(_commands()) - set(documents)
