@@ -44,20 +44,19 @@ def compute(ds: Dataset) -> Stats:
     The scan runs on a second thread: it mostly waits on ``stat`` while the rows parse.
     """
     stats = Stats(ds.layout, definitions=len(ds.definitions))
-    paths: list[str] = []
+    uses: Counter = Counter()  # blob path -> uses: one entry per blob, not per use (flat at 10M rows)
     with ThreadPoolExecutor(max_workers=1) as pool:
         scan = pool.submit(lambda: dict(ds.store.iter_blobs()))
-        _count_records(ds, stats, paths)
+        _count_records(ds, stats, uses)
         from ikdata.diffusion.trajectories import referenced_paths
         from ikdata.diffusion.views import count as count_trajectories
 
-        paths += referenced_paths(ds.root)[0]  # trajectory tensors and stored model weights, once per use
+        uses.update(p for p in referenced_paths(ds.root)[0] if isinstance(p, str))  # trajectories, model weights
         stats.trajectories = count_trajectories(ds).to_dict()
         sizes: dict[str, int] = scan.result()
     stats.unique_blobs = len(sizes)
     stats.stored_bytes = sum(sizes.values())
     referenced = 0
-    uses = Counter(p for p in paths if isinstance(p, str))
     for where, count in uses.items():
         referenced += count * _size(ds, {"type": "safetensors", "path": where}, sizes)
     stats.referenced_bytes = referenced
@@ -65,23 +64,29 @@ def compute(ds: Dataset) -> Stats:
     return stats
 
 
-def _count_records(ds: Dataset, stats: Stats, paths: list[str]) -> None:
-    """Count rows per definition and receipts; collect every blob path used, once per use
+def _count_records(ds: Dataset, stats: Stats, uses: Counter) -> None:
+    """Count rows per definition and receipts; count the uses of every blob path
     (:func:`ikdata.core.dataset.blob_paths`, the one rule of which descriptors are blobs)."""
     from ikdata.core import jsonl
 
-    names: list[str] = []
-    add_name, add_paths = names.append, paths.extend
+    names: Counter = Counter()
+    add_paths = uses.update
     for path in ds.workload_files():
         for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path), dataset=ds.root):
             try:
                 record["workload"]["inputs"].values()
-                add_name(record["definition"])
+                name = record["definition"]
             except (KeyError, TypeError, AttributeError):
                 continue  # not a row: validate reports it
+            try:
+                names[name] += 1
+            except TypeError:  # an unhashable definition: validate reports it
+                names[repr(name)] += 1
             add_paths(blob_paths(record))
-    stats.workloads = len(names)
-    stats.workloads_per_definition.update(Counter(n if isinstance(n, str) else repr(n) for n in names))
+    stats.workloads = sum(names.values())
+    for name, count in names.items():
+        key = name if isinstance(name, str) else repr(name)
+        stats.workloads_per_definition[key] = stats.workloads_per_definition.get(key, 0) + count
     for path in ds.receipt_files():
         for _, record in jsonl.iter_records(path, ds.problems, display=ds.rel(path), dataset=ds.root):
             stats.receipts += 1
