@@ -40,6 +40,10 @@ from ikdata.core.writer import DatasetWriter, NewWorkload
 
 DEFINITION = "sampling_top_logprobs"
 ORIGIN = "openai-completions"
+# vLLM's and SGLang's sampling parameters that change the distribution (value when off)
+UNMODELLED = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_tokens": 0,
+              "min_new_tokens": 0, "logit_bias": None, "bad_words": None, "typical_p": 1.0, "no_repeat_ngram_size": 0,
+              "allowed_token_ids": None, "regex": None, "json_schema": None, "ebnf": None}
 MAX_VOCAB = 1 << 31  # larger than any tokenizer's vocabulary; token ids and top_k stay within int64
 _INT64 = 1 << 63
 _FLOAT32_MAX = float(np.finfo(np.float32).max)  # the settings are stored as float32 scalars
@@ -134,6 +138,12 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
         bad("/settings/top_p", f"top_p must be in (0, 1], got {settings.get('top_p')!r}")
     if min_p is None or not 0 <= min_p <= 1:
         bad("/settings/min_p", f"min_p must be in [0, 1], got {settings.get('min_p')!r}")
+    for key, off in UNMODELLED.items():  # declared and not modelled from a top-K list: never judged as if absent
+        value = settings.get(key, off)
+        if value is not None and value != off and value not in ({}, [], ""):
+            bad(f"/settings/{key}", f"{key} {value!r} is declared: it changes the distribution and cannot be judged "
+                                    "from top-K log-probabilities; capture at the sampler instead "
+                                    "(sampling_logits_f32, docs/sampling.md) or drop the setting")
     vocab = _number(record, "vocab_size", 0)
     if vocab is None or not _whole(vocab, 0, MAX_VOCAB):
         bad("/vocab_size", f"vocab_size must be a positive integer up to {MAX_VOCAB}, got "
