@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 # CPU torch is pinned for these machines (a wheel on local disk); real users bring their own torch.
-$(STAMP): pyproject.toml setup.py requirements-dev.txt
+$(STAMP): pyproject.toml setup.py requirements-dev.txt requirements-nodeps.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
