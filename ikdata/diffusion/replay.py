@@ -763,9 +763,9 @@ def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Sett
             run.cache.remember(case)
         run.out.add(case)
         cases.append(case)
-        for step_case in rules.step_cases(case):  # its denoiser workloads' cases follow from it
+        for step_case in rules.step_cases(case):  # its step workloads' cases follow from it
             if step_case["uuid"] in run.out.by_uuid:
-                run.out.add(step_case)
+                run.out.add(rules.with_operator_facts(run.out.by_uuid[step_case["uuid"]], step_case))
         if progress:
             progress(case)
     return cases

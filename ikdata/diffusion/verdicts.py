@@ -216,6 +216,18 @@ def step_cases(trajectory_case: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+OPERATOR_FACTS = ("metrics", "tolerance")  # what a scheduler-step workload's own reference measured
+
+
+def with_operator_facts(earlier: Mapping[str, Any] | None, step_case: dict[str, Any]) -> dict[str, Any]:
+    """A step workload's case as its trajectory decides it, keeping what its own reference measured before (a
+    scheduler-step definition's metrics and tolerance: shown on the report page). The trajectory's verdict
+    governs: its chain check runs the reference scheduler on the reference schedule, which the workload's
+    own scalars cannot."""
+    kept = {key: earlier[key] for key in OPERATOR_FACTS if earlier and key in earlier and key not in step_case}
+    return {**step_case, **kept} if kept else step_case
+
+
 def regroup(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Replace the cases of denoiser workloads by the ones their (judged) trajectory cases decide, in place
     (a whole run, or shards combined). Returns the cases that changed."""
@@ -230,6 +242,7 @@ def regroup(report: dict[str, Any]) -> list[dict[str, Any]]:
                 continue  # another shard's workload
             if report["cases"][at].get("definition") != step_case.get("definition"):
                 continue
+            step_case = with_operator_facts(report["cases"][at], step_case)
             if report["cases"][at] != step_case:
                 report["cases"][at] = step_case
                 changed.append(step_case)
@@ -237,4 +250,4 @@ def regroup(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["AUDIO_SNR_DB", "CHAIN_ULPS", "DEFAULT_EPS", "DEFAULT_K", "PSNR_CAP_DB", "PSNR_MEAN_DB", "PSNR_WORST_DB",
-           "chain_bound", "decide", "recheck", "regroup", "step_bound", "step_cases"]
+           "chain_bound", "decide", "recheck", "regroup", "step_bound", "step_cases", "with_operator_facts"]
