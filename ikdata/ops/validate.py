@@ -501,7 +501,11 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
         batches = [paths[i:i + batch] for i in range(0, len(paths), batch)]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             found = [f for group in pool.map(lambda g: [_entries_or_error(p) for p in g], batches) for f in group]
-        entries.update(zip(readable, found))
+        for rel, got in zip(readable, found):  # equal header entries shared: one small entry per blob
+            if not isinstance(got, str):
+                got = tuple(got)
+                got = _ENTRIES.setdefault(got, got) if len(_ENTRIES) < 1 << 16 else got
+            entries[rel] = got
     packed = 0
     if has_packs(ds.root):  # blobs in packs (ikdata.core.packs): one read per pack, each tensor's slice hashed
         rehashed, packed = check_packed_uses(ds.root, files, entries, problems, deep=deep, jobs=jobs)
