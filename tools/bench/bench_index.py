@@ -10,7 +10,7 @@ measures in the same run, for each N:
 * ``show`` and ``lineage`` by scanning (the index removed and not written: a read-only dataset).
 
 Usage:
-    .venv/bin/python tools/bench/bench_index.py [--rows 10000,1000000] [--dir PATH]
+    .venv/bin/python tools/bench/bench_index.py [--rows 10000,1000000] [--dir PATH] [--smoke]
 """
 
 from __future__ import annotations
@@ -108,7 +108,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="10000,1000000")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/ikdata-bench-index"))
+    parser.add_argument("--smoke", action="store_true", help="1,000 rows: a few seconds")
     args = parser.parse_args()
+    if args.smoke:
+        args.rows = "1000"
     print(f"load average {load_average()}")
     for rows in (int(r) for r in args.rows.split(",")):
         measure(args.dir / f"rows-{rows}", rows)

@@ -11,7 +11,7 @@ of 20,000 each, 24 shared weights), then measures in the same run:
 * the CLI as a subprocess, which adds interpreter and import start-up.
 
 Usage:
-    .venv/bin/python tools/bench/bench_stats.py [--rows 100000] [--dir PATH] [--repeat 3]
+    .venv/bin/python tools/bench/bench_stats.py [--rows 100000] [--dir PATH] [--repeat 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -98,7 +98,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="2,000 rows, one repeat: a few seconds")
     args = parser.parse_args()
+    if args.smoke:
+        args.rows, args.repeat = 2000, 1
     print(f"load average before: {load_average()} on {os.cpu_count()} cores")
 
     root = args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"ikdata-bench-stats-{args.rows}"

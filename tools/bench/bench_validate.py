@@ -15,7 +15,7 @@ from 1..32 (1-64 KiB each), plus one of 24 shared weights W[1024, 512] bf16 (1 M
 deduplicated). Files are warm in the page cache for every measurement.
 
 Usage:
-    .venv/bin/python tools/bench/bench_validate.py [--workloads 10000] [--dir PATH] [--jobs N] [--repeat 3]
+    .venv/bin/python tools/bench/bench_validate.py [--workloads 10000] [--dir PATH] [--jobs N] [--repeat 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -165,7 +165,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-cli", action="store_true", help="skip the subprocess run of the CLI")
     parser.add_argument("--sweep", action="store_true", help="also measure the verify path per blob size")
+    parser.add_argument("--smoke", action="store_true", help="200 workloads, one repeat, no CLI: a few seconds")
     args = parser.parse_args()
+    if args.smoke:
+        args.workloads, args.repeat, args.no_cli, args.sweep = 200, 1, True, False
     print(f"load average before: {load_average()} on {os.cpu_count()} cores")
 
     import ikdata
