@@ -112,6 +112,7 @@ class TestImported:
         _assert_flashinfer_agrees(dst, expected)
 
     def test_push_and_clone_through_a_folder_remote(self, llama, tmp_path):
+        from ikdata.ops.pack import unpack_dataset
         from ikdata.remote.pull import clone
         from ikdata.remote.push import push
 
@@ -119,6 +120,9 @@ class TestImported:
         push(llama, url)
         copy = tmp_path / "copy"
         clone(url, copy)
+        # a clone keeps the remote's packs; flashinfer-bench opens loose files only (docs/packs.md)
+        assert list((copy / "blob" / "packs").glob("*.safetensors"))
+        unpack_dataset(copy)
         _assert_flashinfer_agrees(copy, captured_outputs(llama))
         for path in (copy / "definitions").rglob("*.json"):
             assert path.read_bytes() == (llama / path.relative_to(copy)).read_bytes()
