@@ -38,7 +38,7 @@ import orjson
 from ikdata.core import manifest
 from ikdata.core.dataset import Dataset, detect_layout, IKDATA
 from ikdata.core.digest import bytes_digest
-from ikdata.core.errors import ProblemsFound, UsageError
+from ikdata.core.errors import IkdataError, ProblemsFound, UsageError
 from ikdata.importing.foreign import LeftOut
 from ikdata.core.faults import checkpoint
 from ikdata.core.journal import JOURNAL, STAGING, recover, roll_forward, write_journal
@@ -169,27 +169,42 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, *, only_passe
                              for uuid, reason in zip(rejudged.disagreeing, rejudged.reasons)]
             plan.added = [uuid for uuid in plan.added if uuid not in set(rejudged.disagreeing)]
         return _result(plan, src, dst, dry_run=True, rejudged=rejudged)
+    created = not dst.exists()
     if empty:
         from ikdata.core.layout import init_dataset
 
         init_dataset(dst)
-    with dataset_lock(dst, exclusive=True):
-        recover(dst, locked=True)
-        plan = plan_import(src, dst, **planned)
-        raise_refusals(plan)
-        rejudged = rejudge(plan, **judging)
-        raise_disagreements(plan, rejudged)
-        if plan.is_noop:
-            return _result(plan, src, dst, dataset_id=manifest.current_id(dst), rejudged=rejudged)
-        parent = {"id": plan.source.dataset_id, **hop}
-        try:
-            linked, copied = _stage_and_commit(plan, dst, parent, progress)
-        except BaseException:  # disk full, size limit...: before the commit point, leave nothing behind
-            if not (dst / STAGING / JOURNAL).is_file():
-                shutil.rmtree(dst / STAGING, ignore_errors=True)
-            raise
-        dataset_id = roll_forward(dst)
+    try:
+        with dataset_lock(dst, exclusive=True):
+            recover(dst, locked=True)
+            plan = plan_import(src, dst, **planned)
+            raise_refusals(plan)
+            rejudged = rejudge(plan, **judging)
+            raise_disagreements(plan, rejudged)
+            if plan.is_noop:
+                return _result(plan, src, dst, dataset_id=manifest.current_id(dst), rejudged=rejudged)
+            parent = {"id": plan.source.dataset_id, **hop}
+            try:
+                linked, copied = _stage_and_commit(plan, dst, parent, progress)
+            except BaseException:  # disk full, size limit...: before the commit point, leave nothing behind
+                if not (dst / STAGING / JOURNAL).is_file():
+                    shutil.rmtree(dst / STAGING, ignore_errors=True)
+                raise
+            dataset_id = roll_forward(dst)
+    except IkdataError:
+        if created and _untouched(dst):  # a refused import leaves no empty dataset behind
+            shutil.rmtree(dst, ignore_errors=True)
+        raise
     return _result(plan, src, dst, linked=linked, copied=copied, dataset_id=dataset_id, rejudged=rejudged)
+
+
+def _untouched(dst: Path) -> bool:
+    """Whether DST is still the empty dataset this import made: no rows, no blobs, nothing staged."""
+    try:
+        counts = orjson.loads((dst / manifest.MANIFEST).read_bytes()).get("counts", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return not (dst / STAGING).exists() and not any(counts.values())
 
 
 def raise_disagreements(plan: ImportPlan, rejudged: Rejudged) -> None:

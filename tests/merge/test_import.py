@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from ikdata.cli import app
 from ikdata.core.errors import MergeConflict, ProblemsFound
 from ikdata.core.verdicts import expand_validation
+from ikdata.core.layout import init_dataset
 from merge_helpers import import_trusting_reports as import_dataset  # hand-written reports: --trust-reports
 from merge_helpers import (GEMM_NAME, capture, definitions_dir, gemm_definition_record, read_jsonl,  # noqa: F401
                            replay_by_hand, rows_by_uuid, tree_digest, validated, write_report)
@@ -95,6 +96,17 @@ def test_unvalidated_src_is_refused_and_nothing_written(tmp_path):
     assert "2 workload(s) are not validated" in str(info.value)
     assert "SRC has no replay report" in str(info.value)
     assert not (dst / "receipts.jsonl").exists() and not any((dst / "blob/sha256").rglob("*.safetensors"))
+    assert not dst.exists()  # the refused import made DST: it leaves no empty dataset behind
+
+
+def test_refused_import_into_an_existing_empty_dataset_keeps_it(tmp_path):
+    src = capture(tmp_path / "src", rows=2)
+    dst = tmp_path / "dst"
+    init_dataset(dst)
+    before = (dst / "ikdata.json").read_bytes()
+    with pytest.raises(ProblemsFound):
+        import_dataset(src, dst)
+    assert (dst / "ikdata.json").read_bytes() == before
 
 
 def test_one_failing_case_refuses_the_whole_import(validated, tmp_path):
