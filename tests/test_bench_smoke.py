@@ -24,9 +24,9 @@ SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in HELPERS)
 # 0.86x, 1.3×, 24%, "ratio ... 0.7", or a table column headed "x <baseline>" / "× <baseline>"
 RATIO = re.compile(r"\d+(\.\d+)?\s*(×|x)(?![A-Za-z0-9])|\d+(\.\d+)?\s*%|ratio\D{0,40}\d|(^|\s)(×|x) [a-z]",
                    re.MULTILINE)
-# While the owners of some scripts are adding --smoke, a script without it is skipped, saying so; once every
-# script has one this is True and a script without it fails.
-STRICT = False
+# Every script has --smoke (the benchmark convention): a script without it fails. (False skipped it, saying
+# so, while their owners were adding it.)
+STRICT = True
 TIMEOUT = 300
 
 
