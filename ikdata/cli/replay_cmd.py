@@ -41,6 +41,14 @@ def _is_ray_address(text: str) -> bool:
         or text.startswith("ray://")
 
 
+def _looks_like_dataset(text: str) -> bool:
+    """Whether the word after ``--ray`` is the dataset rather than an address: an existing path, a URL, or a
+    path-like word; anything else (``--ray no-port-here``) stays ``--ray``'s value, refused as an address."""
+    import os
+
+    return not _is_ray_address(text) and (os.path.exists(text) or "/" in text or "://" in text)
+
+
 class _RayOptional(typer.core.TyperCommand):
     """``--ray`` alone means a local cluster: ``--ray DIR`` (or ``--ray`` last) is ``--ray local DIR``."""
 
@@ -52,7 +60,7 @@ class _RayOptional(typer.core.TyperCommand):
                 break
             if arg == "--ray":
                 following = args[i + 1] if i + 1 < len(args) else None
-                if following is None or following.startswith("-") or not _is_ray_address(following):
+                if following is None or following.startswith("-") or _looks_like_dataset(following):
                     fixed.append("--ray=local")
                     continue
             fixed.append(arg)
