@@ -11,7 +11,6 @@ import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -400,7 +399,9 @@ def read_folder(folder: Path, *, origin: str, display_root: Path | None = None,
 
 def shipped_folder() -> Path:
     """Where the definitions installed with ikdata live."""
-    return Path(str(resources.files("ikdata.shipped_definitions")))
+    from ikdata.core.schema import package_folder  # not importlib.resources: it costs start-up
+
+    return Path(str(package_folder("ikdata.shipped_definitions")))
 
 
 def load_reference(definition: Definition, *, trusted_digests: Iterable[str] = (),

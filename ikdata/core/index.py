@@ -27,10 +27,8 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import secrets
 import sqlite3
 import stat
-import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,6 +315,9 @@ def _key() -> bytes:
     try:
         key = _read_key(path)
     except FileNotFoundError:
+        import secrets  # here, not at the top: read-only commands never write a key
+        import tempfile
+
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, temp = tempfile.mkstemp(prefix=".tmp-key-", dir=path.parent)  # mode 0600
         try:
@@ -431,6 +432,8 @@ def _open_ours(path: Path, st: os.stat_result, key: bytes) -> sqlite3.Connection
 def _build(root: Path, path: Path, key: bytes, files: dict[str, str]) -> tuple[Index, RefreshResult]:
     """A new index built from the files in a temp file of the dataset, then renamed over ``path``
     (which replaces a file or link there; it never writes into one)."""
+    import tempfile
+
     fd, temp = tempfile.mkstemp(prefix=".tmp-index-", suffix=".sqlite", dir=root)  # O_EXCL: never a link
     try:
         os.fchmod(fd, 0o644)  # a copy of the dataset by another user still reads it; only its owner writes it

@@ -7,8 +7,9 @@ module loads them, nothing else describes a record's shape.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ikdata.core.problems import Problem
@@ -22,10 +23,22 @@ KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "repor
          "pack-index")
 
 
+def package_folder(package: str):
+    """The folder of an installed package's data files (a Path; a Traversable for a package in a zip).
+    ``importlib.resources`` says the same for a package on disk, but importing it costs every command
+    ~8 ms of start-up (it loads tempfile and zipfile), so it is asked only when the folder is not one."""
+    folder = Path(next(iter(importlib.import_module(package).__path__)))
+    if folder.is_dir():
+        return folder
+    from importlib import resources
+
+    return resources.files(package)
+
+
 @functools.cache
 def load_schema(kind: str) -> dict:
     """The schema of one record kind, read from the installed ``schemas/`` folder."""
-    text = resources.files("ikdata.schemas").joinpath(f"{kind}.schema.json").read_text()
+    text = package_folder("ikdata.schemas").joinpath(f"{kind}.schema.json").read_text()
     return json.loads(text)
 
 

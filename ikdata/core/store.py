@@ -14,9 +14,7 @@ import hashlib
 import mmap
 import os
 import re
-import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -120,6 +118,8 @@ FILE_MODE = 0o666 & ~_process_umask()
 
 def make_temp(folder: Path) -> tuple[int, str]:
     """A unique temp file in ``folder`` (open descriptor, path), with the umask's mode, not 0600."""
+    import tempfile  # here: it imports shutil, random, bz2 and lzma, which read-only commands never use
+
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         os.fchmod(fd, FILE_MODE)
@@ -469,6 +469,8 @@ def rehash_files(paths: Iterable[str | os.PathLike], *, jobs: int | None = None)
     paths = list(paths)
     batch = max(1, min(256, len(paths) // (jobs * 8) or 1))
     batches = [paths[i:i + batch] for i in range(0, len(paths), batch)]
+    from concurrent.futures import ThreadPoolExecutor  # here: it imports logging (~8 ms of every start-up)
+
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         for checks in pool.map(lambda group: [rehash_file(p) for p in group], batches):
