@@ -15,7 +15,7 @@ from ikdata.cli._options import DatasetArg, JsonOpt, QuietOpt
 def index(path: DatasetArg, json_: JsonOpt = False,
           refresh: Annotated[bool, typer.Option("--refresh", help="Update it instead of rebuilding.")] = False,
           quiet: QuietOpt = False) -> None:
-    """Rebuild the uuid index that show and lineage use (it is also refreshed on every use).
+    """Rebuild the uuid index that show, lineage and stats use (it is also refreshed on every use).
 
     Exit 1 when the index's place holds a link, a special file or a database that is not an
     ikdata index (left untouched), or when a row file is refused by the path rule (not indexed).
@@ -38,6 +38,7 @@ def index(path: DatasetArg, json_: JsonOpt = False,
                           "folder; lookups will scan the files meanwhile") from exc
     with opened:
         counts = opened.counts()
+        opened.blob_totals(ds.store)  # the stored blob sizes too, so the next stats reads no blob folder
     document = {"path": str(path), "rows": sum(counts.values()), "definitions": len(counts),
                 "files_indexed": result.rebuilt + result.extended, "files_dropped": result.dropped}
     o = out.Output(json=json_, quiet=quiet)

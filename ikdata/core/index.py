@@ -20,6 +20,13 @@ files stay the source of truth, and nothing in the index is believed until the f
   just before that point), one rewritten is indexed again, one gone drops its entries.
 
 So ``show`` and ``lineage`` cost a few B-tree lookups and one seek, whatever the number of rows.
+
+- **What stats prints.** Each file's rows per definition, records, blob uses and unreadable lines
+  are counted as it is indexed (extended with it, dropped with it), by the rules ``ops.stats``
+  reads the files with; the stored blob sizes are kept with the stamp (inode, size, mtime) of every
+  folder under ``blob/`` (and of the pack files): a folder whose stamp moved, or a new one, makes
+  the next :meth:`Index.blob_totals` scan ``blob/`` again. So ``stats`` costs a refresh and a few
+  aggregate queries (:meth:`Index.record_totals`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import os
 import sqlite3
 import stat
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -40,7 +48,7 @@ from ikdata.core.errors import ProblemsFound
 from ikdata.core.problems import Problem
 
 INDEX_FILE = ".ikdata-index.sqlite"
-VERSION = 3
+VERSION = 4  # 4: per-file stats aggregates and blob sizes
 FORMAT = f"ikdata-index/{VERSION}"
 APPLICATION_ID = 0x696B6478  # "ikdx" in the SQLite header: this file is an ikdata index
 KEY_FILE = "index-key"
@@ -63,6 +71,14 @@ CREATE TABLE files (path TEXT PRIMARY KEY, kind TEXT NOT NULL, ino INTEGER NOT N
                     tail TEXT NOT NULL);
 CREATE TABLE entries (uuid TEXT NOT NULL, kind TEXT NOT NULL, definition TEXT, path TEXT NOT NULL,
                       line INTEGER NOT NULL, offset INTEGER NOT NULL);
+CREATE TABLE file_stats (path TEXT PRIMARY KEY, rows INTEGER NOT NULL, records INTEGER NOT NULL,
+                         unreadable INTEGER NOT NULL);
+CREATE TABLE file_definitions (path TEXT NOT NULL, name TEXT NOT NULL, rows INTEGER NOT NULL,
+                               first_line INTEGER NOT NULL, PRIMARY KEY (path, name)) WITHOUT ROWID;
+CREATE TABLE file_uses (path TEXT NOT NULL, blob TEXT NOT NULL, uses INTEGER NOT NULL,
+                        PRIMARY KEY (path, blob)) WITHOUT ROWID;
+CREATE TABLE blobs (path TEXT PRIMARY KEY, size INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE blob_stamps (path TEXT PRIMARY KEY, stamp TEXT NOT NULL) WITHOUT ROWID;
 """
 # Created after a bulk load (sorting once is faster than growing B-trees row by row).
 _INDEXES = """
@@ -161,16 +177,24 @@ class Index:
         return RefreshResult(rebuilt, extended, dropped, rows)
 
     def _drop(self, path: str) -> None:
-        self._db.execute("DELETE FROM entries WHERE path = ?", (path,))
+        for table in ("entries", "file_stats", "file_definitions", "file_uses"):
+            self._db.execute(f"DELETE FROM {table} WHERE path = ?", (path,))
         self._db.execute("DELETE FROM files WHERE path = ?", (path,))
 
     def _index_file(self, path: str, kind: str, full: Path, st: os.stat_result, start: int, line: int) -> int:
         """Index the whole lines of ``full`` from byte ``start`` on, a block at a time (memory stays
-        flat at 10M rows); a torn last line is not indexed until it is whole."""
+        flat at 10M rows); a torn last line is not indexed until it is whole. What stats prints is
+        counted on the way (:meth:`_add_stats`)."""
+        from ikdata.core.dataset import blob_paths
+
         offset = indexed = start
         count = 0
         loads = orjson.loads
         carry = b""
+        rows = records = unreadable = 0
+        names: dict[str, list[int]] = {}  # definition -> [rows, first line]
+        uses: Counter = Counter()
+        add_uses = uses.update
         with _open_regular(full) as stream:
             stream.seek(start)
             left = st.st_size - start
@@ -188,7 +212,27 @@ class Index:
                     try:
                         record = loads(raw)
                     except orjson.JSONDecodeError:
-                        record = None
+                        unreadable += bool(raw.strip())  # a blank line is skipped, as jsonl.iter_records does
+                        offset += len(raw) + 1
+                        continue
+                    records += 1
+                    add_uses(blob_paths(record))
+                    if kind == "workload":  # a row as ops.stats counts one
+                        try:
+                            record["workload"]["inputs"].values()
+                            name = record["definition"]
+                        except (KeyError, TypeError, AttributeError):
+                            pass
+                        else:
+                            if type(name) is str:
+                                rows += 1
+                                seen = names.get(name)
+                                if seen is None:
+                                    names[name] = [1, line]
+                                else:
+                                    seen[0] += 1
+                            else:
+                                unreadable += 1  # counted under its repr by a read: left to it
                     if isinstance(record, dict):
                         uuid = _uuid_of(record, kind)
                         definition = record.get("definition")
@@ -199,10 +243,86 @@ class Index:
                 indexed += cut
                 count += len(entries)
                 self._db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", entries)
+        self._add_stats(path, rows, records, unreadable, names, uses)
         self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (path, kind, st.st_ino, st.st_size, st.st_mtime_ns, indexed, line,
                           _tail_digest(full, indexed)))
         return count
+
+    def _add_stats(self, path: str, rows: int, records: int, unreadable: int,
+                   names: dict[str, list[int]], uses: Counter) -> None:
+        """Add one indexed stretch of a file to its stats aggregates (an extension adds to them)."""
+        db = self._db
+        db.execute("INSERT INTO file_stats VALUES (?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET "
+                   "rows = rows + excluded.rows, records = records + excluded.records, "
+                   "unreadable = unreadable + excluded.unreadable", (path, rows, records, unreadable))
+        db.executemany("INSERT INTO file_definitions VALUES (?, ?, ?, ?) ON CONFLICT (path, name) DO UPDATE SET "
+                       "rows = rows + excluded.rows", ((path, name, n, first) for name, (n, first) in names.items()))
+        db.executemany("INSERT INTO file_uses VALUES (?, ?, ?) ON CONFLICT (path, blob) DO UPDATE SET "
+                       "uses = uses + excluded.uses", ((path, blob, n) for blob, n in uses.items()))
+
+    # -- what stats prints -------------------------------------------------------------------
+
+    def record_totals(self, workload_files: list[str], receipt_files: list[str]) -> RecordTotals | None:
+        """Rows per definition (in the order a read meets them), receipts and blob uses of these
+        files, from the aggregates; None when one of them is not wholly indexed as it is now (not in
+        the index, a torn last line, an unreadable line or a definition that is not a string): a read
+        of the files is then what reports it."""
+        db = self._db
+        known = {row[0]: row[1:] for row in db.execute(
+            "SELECT f.path, f.kind, f.ino, f.size, f.mtime_ns, f.indexed, s.rows, s.records, s.unreadable "
+            "FROM files f JOIN file_stats s ON s.path = f.path")}
+        per_definition: dict[str, int] = {}
+        workloads = receipts = 0
+        for path, kind in [(p, "workload") for p in workload_files] + [(p, "receipt") for p in receipt_files]:
+            row = known.get(path)
+            try:
+                st = os.stat(self.root / path)
+            except OSError:
+                return None
+            if row is None or row[:4] != (kind, st.st_ino, st.st_size, st.st_mtime_ns) or row[4] != st.st_size \
+                    or row[7]:
+                return None
+            if kind == "receipt":
+                receipts += row[6]
+                continue
+            workloads += row[5]
+            for name, rows in db.execute("SELECT name, rows FROM file_definitions WHERE path = ? ORDER BY first_line",
+                                         (path,)):
+                per_definition[name] = per_definition.get(name, 0) + rows
+        paths = workload_files + receipt_files
+        marks = ",".join("?" * len(paths))
+        referenced = 0
+        unsized: list[tuple[str, int]] = []
+        if paths:
+            referenced = db.execute(f"SELECT COALESCE(SUM(u.uses * b.size), 0) FROM file_uses u JOIN blobs b "
+                                    f"ON b.path = u.blob WHERE u.path IN ({marks})", paths).fetchone()[0]
+            unsized = list(db.execute(f"SELECT u.blob, SUM(u.uses) FROM file_uses u LEFT JOIN blobs b "
+                                      f"ON b.path = u.blob WHERE b.path IS NULL AND u.path IN ({marks}) "
+                                      "GROUP BY u.blob", paths))
+        return RecordTotals(per_definition, workloads, receipts, referenced, unsized)
+
+    def blob_totals(self, store) -> tuple[int, int]:
+        """(blobs stored, their bytes) as ``store.iter_blobs`` lists them, from the sizes kept in the
+        index; ``blob/`` is scanned again first when a folder under it (or a pack file) changed."""
+        from ikdata.core.store import BLOB_DIR
+
+        kept = dict(self._db.execute("SELECT path, stamp FROM blob_stamps"))
+        if not kept or any(_stamp(self.root / path) != stamp for path, stamp in kept.items()):
+            stamps = _blob_stamps(self.root, BLOB_DIR)  # before the scan: a change during it shows next time
+            sizes = dict(store.iter_blobs())
+            with self._db:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute("DELETE FROM blobs")
+                self._db.execute("DELETE FROM blob_stamps")
+                self._db.executemany("INSERT INTO blobs VALUES (?, ?)", sizes.items())
+                self._db.executemany("INSERT INTO blob_stamps VALUES (?, ?)", stamps.items())
+        return tuple(self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs").fetchone())
+
+    def blob_size(self, path: str) -> int | None:
+        """The stored size of one blob as the last scan found it (None: not stored)."""
+        found = self._db.execute("SELECT size FROM blobs WHERE path = ?", (path,)).fetchone()
+        return found[0] if found else None
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -260,6 +380,55 @@ class Index:
                 or (entry.kind == "workload" and record.get("definition") != entry.definition):
             raise LookupError(f"{where}: the index is stale")
         return record
+
+
+@dataclass(frozen=True)
+class RecordTotals:
+    """What the index counted for stats: workload rows per definition (first-met order), rows,
+    receipts, bytes of the blob uses whose size the index holds, and the (path, uses) of the others."""
+
+    per_definition: dict[str, int]
+    workloads: int
+    receipts: int
+    referenced_bytes: int
+    unsized: list[tuple[str, int]]
+
+
+def _stamp(path: Path) -> str:
+    """A folder's or file's identity and last change, without following a link ("-" when absent)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "-"
+    return f"{stat.S_IFMT(st.st_mode)}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _blob_stamps(root: Path, blob_dir: str) -> dict[str, str]:
+    """The stamp of ``blob/`` (followed, as the blob scan follows it), of every folder under it (links
+    not followed) and of every file under ``blob/packs/``: any blob added, removed or renamed changes one."""
+    top = root / blob_dir
+    try:
+        st = os.stat(top)
+        stamps = {blob_dir: f"{stat.S_IFMT(st.st_mode)}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"}
+    except OSError:
+        return {blob_dir: "-"}
+    if not stat.S_ISDIR(st.st_mode):
+        return stamps
+    stack = [(str(top), blob_dir)]
+    while stack:
+        folder, relative = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                stamps[name] = _stamp(Path(entry.path))
+                stack.append((entry.path, name))
+            elif name.startswith(f"{blob_dir}/packs/"):
+                stamps[name] = _stamp(Path(entry.path))
+    return stamps
 
 
 def _uuid_of(record: dict, kind: str) -> object:
@@ -600,5 +769,5 @@ def _lookup(index: Index, ds, prefix: str) -> tuple[list, list] | None:
     return rows, receipts
 
 
-__all__ = ["APPLICATION_ID", "Entry", "FORMAT", "INDEX_FILE", "Index", "RefreshResult", "key_path", "lookup",
+__all__ = ["APPLICATION_ID", "Entry", "FORMAT", "INDEX_FILE", "Index", "RecordTotals", "RefreshResult", "key_path", "lookup",
            "open_index", "record_files", "try_open_index"]
