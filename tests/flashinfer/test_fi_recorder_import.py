@@ -104,3 +104,18 @@ def test_crafted_pt_pickle_never_executes(corpus, tmp_path):
     reasons = [item.reason for item in result.left_out if item.where and victim.name in item.where]
     assert reasons and "weights_only=True" in reasons[0]
     assert len(result.added) == 2 + 2 + 2 + 2 + 2  # rmsnorm's size-1 call is left out; 2, 2, 3 remain
+
+
+@pytest.mark.parametrize("command", [["replay"], ["validate", "--deep"], ["ls"], ["manifest"]])
+@pytest.mark.parametrize("where", [".", "dumps"])
+def test_other_commands_refuse_the_recorder_output_and_write_nothing(corpus, command, where):
+    from typer.testing import CliRunner
+
+    from ikdata.cli import app
+
+    root = corpus["safetensors"] / where
+    before = _tree(corpus["safetensors"])
+    result = CliRunner().invoke(app, [*command, str(root)])
+    assert result.exit_code == 1, result.output
+    assert "FlashInfer's flight-recorder output, not a dataset: import it first" in result.output
+    assert _tree(corpus["safetensors"]) == before
