@@ -16,7 +16,6 @@ from typing import Any, Iterator
 
 import orjson
 
-from ikdata.core import manifest
 from ikdata.core.dataset import Dataset
 from ikdata.core.index import lookup
 from ikdata.core.errors import ProblemsFound, UsageError
@@ -59,10 +58,12 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     """:func:`_trace`, each chain with the pipeline call it is a step of (a diffusion trajectory), if any."""
     import dataclasses
 
+    chains = _trace(path, key)
+    if not (Path(path) / "trajectories").is_dir():  # only a dataset with trajectories pays for their modules
+        return chains
     from ikdata.diffusion.trajectories import files
     from ikdata.diffusion.views import calls_of
 
-    chains = _trace(path, key)
     if not files(Path(path)):
         return chains
     calls = calls_of(path, {c.uuid for c in chains})
@@ -81,9 +82,11 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
     Example:
         >>> [c.capture["host"] for c in trace("shared/gemm", "3f2a")]
     """
-    from ikdata.diffusion.views import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
+    stepped = None
+    if not DIGEST_RE.match(key) and (Path(path) / "trajectories").is_dir():  # no trajectories: no such step
+        from ikdata.diffusion.views import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
 
-    stepped = None if DIGEST_RE.match(key) else step_chains(path, key, _trace)
+        stepped = step_chains(path, key, _trace)
     if stepped is not None:
         return stepped
     ds = Dataset.open(path)
@@ -251,6 +254,8 @@ def graph(path: str | os.PathLike) -> Graph:
     Raises:
         UsageError: the folder has no manifest.
     """
+    from ikdata.core import manifest
+
     root = Path(path)
     held = manifest.read(root) if root.is_dir() else None
     if held is None:
