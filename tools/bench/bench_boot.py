@@ -3,8 +3,8 @@
     python tools/bench/bench_boot.py [--runs 40] [--smoke]
 
 It then times the CLI's own start-up (issue 26): ``ikdata --version``, ``ikdata --help`` and
-``ikdata show DIR UUID`` on a 3-row dataset, interleaved with ``python -c pass`` in the same rounds
-(target for read-only commands: 0.15 s wall on a quiet machine). ``--smoke``: 3 runs each.
+``ikdata show DIR UUID``, ``ls``, ``lineage`` and ``stats`` on a 3-row dataset, interleaved with
+``python -c pass`` in the same rounds (target for read-only commands: 0.15 s wall on a quiet machine). ``--smoke``: 3 runs each.
 
 Interleaved runs of ``python -c pass`` three ways: capture off (``IKDATA_CAPTURE``
 unset: the .pth line is one environ lookup), capture on (the .pth imports the
@@ -132,7 +132,8 @@ def cli_startup(runs: int, ikdata_path: str | None = None) -> None:
         uuid = _three_rows(root)
         ways = {"python -c pass": [sys.executable, "-c", "pass"], "ikdata --version": [ikdata, "--version"],
                 "ikdata --help": [ikdata, "--help"], "ikdata show": [ikdata, "show", root, uuid[:8]],
-                "ikdata ls": [ikdata, "ls", root], "ikdata lineage": [ikdata, "lineage", root, uuid[:8]]}
+                "ikdata ls": [ikdata, "ls", root], "ikdata lineage": [ikdata, "lineage", root, uuid[:8]],
+                "ikdata stats": [ikdata, "stats", root]}
         times: dict[str, list[float]] = {name: [] for name in ways}
         cpu: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(runs + 1):  # the first round warms the page cache and writes the bytecode
