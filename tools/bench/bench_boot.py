@@ -4,7 +4,8 @@
 
 It then times the CLI's own start-up (issue 26): ``ikdata --version``, ``ikdata --help`` and
 ``ikdata show DIR UUID``, ``ls``, ``lineage`` and ``stats`` on a 3-row dataset, interleaved with
-``python -c pass`` in the same rounds (target for read-only commands: 0.15 s wall on a quiet machine). ``--smoke``: 3 runs each.
+``python -c pass`` in the same rounds (target for read-only commands: 0.15 s wall on a quiet machine).
+``--smoke``: 3 runs each.
 
 Interleaved runs of ``python -c pass`` three ways: capture off (``IKDATA_CAPTURE``
 unset: the .pth line is one environ lookup), capture on (the .pth imports the
