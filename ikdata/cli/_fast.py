@@ -79,11 +79,15 @@ def run(command: str, args: list[str]) -> int | None:
     from ikdata.core.errors import IkdataError
 
     try:
-        from ikdata.remote.url import check_location, is_url
+        path = positionals[0]
+        if ":" in path:  # a URL or a scheme's typo (s3:/b); a path without a colon is neither: no import
+            from ikdata.remote.url import check_location, is_url
 
-        path = check_location(positionals[0])
-        if is_url(path) or _is_folder_remote(path):
-            return None  # read through a temporary verified copy: typer's context holds it
+            path = check_location(path)
+            if is_url(path):
+                return None  # read through a temporary verified copy: typer's context holds it
+        if _is_folder_remote(path):
+            return None  # the same
         return _run(command, path, positionals[1:], options)
     except IkdataError as exc:
         if os.environ.get("IKDATA_DEBUG"):
