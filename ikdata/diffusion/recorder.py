@@ -147,7 +147,7 @@ class TrajectoryRecorder:
         nbytes = out.nbytes + x_next.nbytes + (0 if reused else x.nbytes)
         # --max-bytes applies (shared with operator capture); --max-per-definition does not: a name per step
         refusal = self.capturer.ledger.reserve(f"trajectory-step:{stream}:{index}",
-                                               ("trajectory", id(self), stream, index), nbytes)
+                                               ("trajectory", os.getpid(), id(self), stream, index), nbytes)
         if refusal == selection.BYTES_FULL:
             self.stopped = f"--max-bytes reached at step {index} of stream {stream!r}"
             self.capturer.refused[refusal] = self.capturer.refused.get(refusal, 0) + 1

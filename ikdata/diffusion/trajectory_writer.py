@@ -474,9 +474,11 @@ _GUIDANCE_FIELDS = ("true_cfg_scale", "guidance_rescale", "audio_guidance_scale"
 
 
 def _provenance(rec: Any) -> dict:
+    probe = getattr(getattr(rec, "capturer", None), "ranks", None)  # rank and world size, as operator receipts
+    ranks = probe.current().facts() if probe is not None else {}
     return {"engine": "diffusers", "engine_version": _version("diffusers"),
             "model": _pipeline(rec)["model"], "request_id": rec.request_id, "captured_at": time.time(),
-            "process_id": os.getpid()}
+            "process_id": os.getpid(), **ranks}
 
 
 def _int(value: Any) -> int | None:

@@ -97,6 +97,8 @@ def test_scheduler_step_workloads_replay_exactly(capture_into, tmp_path):
     assert checked == 4
     denoisers = [u for s in record["steps"] for u in s["workloads"].get("denoiser", [])]
     assert len(denoisers) == 2 and all(rows[u].definition == "ltx2_av_transformer_f32" for u in denoisers)
+    # a lone process is rank 0 of 1, as in operator receipts (a distributed program keeps every rank's steps)
+    assert {(r.provenance.get("rank"), r.provenance.get("world_size")) for r in receipts.values()} == {(0, 1)}
 
 
 def test_ddim_step_workloads_replay_exactly(capture_into, tmp_path):
