@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "manifest": ("data", "Rebuild the manifest from the files (after editing by hand) and print the dataset id."),
     "capture": ("capture_cmd", 'Run CMD with capture on in it and every Python process it starts; commit and '
                 'summarise.'),
-    "index": ("index_cmd", "Rebuild the uuid index that show and lineage use (it is also refreshed on every use)."),
+    "index": ("index_cmd", "Rebuild the uuid index that show, lineage and stats use (it is also refreshed on every "
+                           "use)."),
     "import": ("merge_cmd", 'Merge a fully validated dataset into DST: all or nothing, each tensor stored once; '
                "SRC's verdicts are re-judged (a sample, or all) unless --trust-reports."),
     "lineage": ("merge_cmd", "Trace a workload to its capture, imports and validations; or show the parent graph."),
