@@ -48,7 +48,7 @@ from ikdata.core.errors import ProblemsFound
 from ikdata.core.problems import Problem
 
 INDEX_FILE = ".ikdata-index.sqlite"
-VERSION = 4  # 4: per-file stats aggregates and blob sizes
+VERSION = 5  # 4: per-file stats aggregates and blob sizes; 5: the referenced bytes kept
 FORMAT = f"ikdata-index/{VERSION}"
 APPLICATION_ID = 0x696B6478  # "ikdx" in the SQLite header: this file is an ikdata index
 KEY_FILE = "index-key"
@@ -79,6 +79,7 @@ CREATE TABLE file_uses (path TEXT NOT NULL, blob TEXT NOT NULL, uses INTEGER NOT
                         PRIMARY KEY (path, blob)) WITHOUT ROWID;
 CREATE TABLE blobs (path TEXT PRIMARY KEY, size INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE blob_stamps (path TEXT PRIMARY KEY, stamp TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE referenced (inputs TEXT NOT NULL, bytes INTEGER NOT NULL, unsized TEXT NOT NULL);
 """
 # Created after a bulk load (sorting once is faster than growing B-trees row by row).
 _INDEXES = """
@@ -290,17 +291,36 @@ class Index:
             for name, rows in db.execute("SELECT name, rows FROM file_definitions WHERE path = ? ORDER BY first_line",
                                          (path,)):
                 per_definition[name] = per_definition.get(name, 0) + rows
-        paths = workload_files + receipt_files
-        marks = ",".join("?" * len(paths))
+        referenced, unsized = self._referenced(workload_files + receipt_files, known)
+        return RecordTotals(per_definition, workloads, receipts, referenced, unsized)
+
+    def _referenced(self, paths: list[str], known: dict) -> tuple[int, list[tuple[str, int]]]:
+        """Bytes of the blob uses of ``paths`` whose size the index holds, and the others' (path, uses).
+        The join runs over every (file, blob) pair, so its answer is kept with what it was computed
+        from (each file's identity and indexed length, the blob scan's stamps) and reused while those hold."""
+        db = self._db
+        inputs = orjson.dumps([[p, *known[p][1:5]] for p in paths]
+                              + list(db.execute("SELECT path, stamp FROM blob_stamps ORDER BY path"))).decode()
+        kept = db.execute("SELECT bytes, unsized FROM referenced WHERE inputs = ?", (inputs,)).fetchone()
+        if kept is not None:
+            return kept[0], [tuple(pair) for pair in orjson.loads(kept[1])]
         referenced = 0
         unsized: list[tuple[str, int]] = []
         if paths:
+            marks = ",".join("?" * len(paths))
             referenced = db.execute(f"SELECT COALESCE(SUM(u.uses * b.size), 0) FROM file_uses u JOIN blobs b "
                                     f"ON b.path = u.blob WHERE u.path IN ({marks})", paths).fetchone()[0]
             unsized = list(db.execute(f"SELECT u.blob, SUM(u.uses) FROM file_uses u LEFT JOIN blobs b "
                                       f"ON b.path = u.blob WHERE b.path IS NULL AND u.path IN ({marks}) "
-                                      "GROUP BY u.blob", paths))
-        return RecordTotals(per_definition, workloads, receipts, referenced, unsized)
+                                      "GROUP BY u.blob ORDER BY u.blob", paths))
+        try:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("DELETE FROM referenced")
+                db.execute("INSERT INTO referenced VALUES (?, ?, ?)", (inputs, referenced, orjson.dumps(unsized).decode()))
+        except sqlite3.Error:
+            pass  # not kept (a busy or read-only index): computed again next time
+        return referenced, unsized
 
     def blob_totals(self, store) -> tuple[int, int]:
         """(blobs stored, their bytes) as ``store.iter_blobs`` lists them, from the sizes kept in the
@@ -308,7 +328,7 @@ class Index:
         from ikdata.core.store import BLOB_DIR
 
         kept = dict(self._db.execute("SELECT path, stamp FROM blob_stamps"))
-        if not kept or any(_stamp(self.root / path) != stamp for path, stamp in kept.items()):
+        if not kept or any(_stamp(os.path.join(self.root, path)) != stamp for path, stamp in kept.items()):
             stamps = _blob_stamps(self.root, BLOB_DIR)  # before the scan: a change during it shows next time
             sizes = dict(store.iter_blobs())
             with self._db:
@@ -394,7 +414,7 @@ class RecordTotals:
     unsized: list[tuple[str, int]]
 
 
-def _stamp(path: Path) -> str:
+def _stamp(path: str | Path) -> str:
     """A folder's or file's identity and last change, without following a link ("-" when absent)."""
     try:
         st = os.lstat(path)

@@ -95,10 +95,10 @@ def _from_index(ds: Dataset) -> Stats | None:
         return None  # a refused, unwritable or broken index: the read says nothing about it either
     try:
         with index:
+            unique, stored = index.blob_totals(ds.store)  # first: the uses are summed against these sizes
             totals = index.record_totals(workload_files, receipt_files)
             if totals is None:
                 return None
-            unique, stored = index.blob_totals(ds.store)
             from ikdata.diffusion.trajectories import referenced_paths
             from ikdata.diffusion.views import count as count_trajectories
 

@@ -121,3 +121,14 @@ def test_a_torn_or_malformed_line_is_reported_as_a_read_reports_it(dataset):
     assert with_index == reading
     (code, _, _), (_, _, said), _ = with_index
     assert code == 1 and "malformed JSON" in said and f"{path.name}:" in said and "torn" in said.lower()
+
+
+def test_a_missing_blob_that_turns_up_is_counted_in_the_referenced_bytes(dataset):
+    before = compute(Dataset.open(dataset))  # the kept referenced bytes: this blob counted as 0
+    blob = dataset / "blob/sha256/00" / ("0" * 64 + ".safetensors")
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(b"y" * 500)
+    with_index, reading = _both(dataset)
+    assert with_index == reading
+    assert with_index[2]["referenced_bytes"] == before.referenced_bytes + 500
+    assert with_index[2]["unique_blobs"] == before.unique_blobs + 1
