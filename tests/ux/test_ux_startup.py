@@ -13,7 +13,7 @@ COUNT = ("import runpy, sys, json\n"
          "except SystemExit:\n    pass\n"
          "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n")
 SHOW_LIMIT = 185  # 389 before issue 26's start-up work (typer, pydantic, rich, every command module); 207 with
-# the fast path; 176 once core imports tempfile, concurrent.futures and importlib.resources only where it writes
+# the fast path; 174 once core imports tempfile, concurrent.futures and importlib.resources only where it writes
 HEAVY = ("torch", "numpy", "ray", "s3fs", "huggingface_hub", "plotly", "typer", "pydantic", "click", "rich",
          # the standard library a read-only command never needs: pools, temp files, package resources
          "concurrent", "logging", "tempfile", "shutil", "zipfile")
