@@ -24,6 +24,9 @@ WATCHED = "flashinfer.api_logging"
 _ORIGINAL = "__ikdata_original__"
 
 
+_pending: Any = None  # the capturer waiting for FlashInfer's recorder module to load
+
+
 def selected(func_name: str) -> bool:
     """FlashInfer's include/exclude rule (``api_logging._should_dump_function``), read from the environment."""
     include = [p.strip() for p in os.environ.get("FLASHINFER_DUMP_INCLUDE", "").split(",") if p.strip()]
@@ -44,10 +47,14 @@ def install(cap: Any) -> None:
         return
     import ikdata_boot
 
+    global _pending
+    _pending = cap
     ikdata_boot.watch(_patch_installed, WATCHED)
 
 
 def uninstall() -> None:
+    global _pending
+    _pending = None
     module = sys.modules.get(WATCHED)
     original = getattr(getattr(module, "flashinfer_api", None), _ORIGINAL, None)
     if original is not None:
@@ -55,9 +62,7 @@ def uninstall() -> None:
 
 
 def _patch_installed() -> None:
-    from ikdata.capture import boot
-
-    cap = boot.current()
+    cap = _pending  # the capturer install was given, unless uninstall ran since (no import of capture: a cycle)
     if cap is not None:
         _patch(cap, sys.modules[WATCHED])
 

@@ -22,6 +22,7 @@ from ikdata.core.manifest import MANIFEST
 from ikdata.core.paths import PathResolver, open_regular
 from ikdata.core.store import BLOB_DIR
 from ikdata.remote.backend import Backend, ManifestState, file_object
+from ikdata.remote.snapshot import local_snapshot
 from ikdata.remote.url import RemoteOptions, RemoteURL, parse_url
 
 
@@ -45,8 +46,6 @@ class DatasetSource(Backend):
 
     def __init__(self, remote: RemoteURL, root: Path) -> None:
         super().__init__(remote)
-        from ikdata.remote.push import local_snapshot
-
         self.root = root
         self.snapshot = local_snapshot(root)  # refuses a manifest that does not describe the files
         self.paths = PathResolver(root)

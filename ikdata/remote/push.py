@@ -32,6 +32,7 @@ from ikdata.remote.connect import open_backend
 from ikdata.remote.packs import (PACKS_PREFIX, ChecksumCache, IndexCache, RemotePack, RemotePacks, build_packs,
                                  find_remote_packs, hashes_of, pack_digest)
 from ikdata.core.faults import checkpoint
+from ikdata.remote.snapshot import LocalSnapshot, local_snapshot
 from ikdata.remote.transfer import DEFAULT_JOBS, ProgressCallback, Upload
 from ikdata.remote.url import RemoteOptions
 from ikdata.core.store import BlobStore, digest_from_path, rehash_file
@@ -84,43 +85,6 @@ class PushResult:
                 "blobs_present": self.blobs_present, "attempts": self.attempts, "merged": list(self.merged),
                 "checked": dict(self.checked), "trusted_by_size": list(self.trusted_by_size),
                 "repaired": list(self.repaired), "packs_sent": self.packs_sent}
-
-
-@dataclass(frozen=True)
-class LocalSnapshot:
-    """The local dataset as its manifest describes it (checked against the files)."""
-
-    root: Path
-    manifest: dict[str, Any]
-    data: bytes
-    dataset_id: str
-    blobs: dict[str, int]
-
-
-def local_snapshot(root: str | os.PathLike) -> LocalSnapshot:
-    """Read the local manifest and check it still describes the files.
-
-    Raises:
-        UsageError: no dataset, no manifest, or changes the manifest does not list.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise UsageError(f"{root}: no such dataset folder")
-    path = root / manifest_mod.MANIFEST
-    if not path.is_file():
-        raise UsageError(f"{root}: has no manifest ({manifest_mod.MANIFEST}); run 'ikdata manifest {root}' first")
-    data = path.read_bytes()
-    manifest = manifest_mod.read(root)
-    assert manifest is not None
-    blobs = dict(BlobStore(root).iter_blobs())
-    actual = manifest_mod.build(root)
-    if actual["files"] != manifest["files"] or actual["blobs"] != manifest["blobs"]:
-        changed = sorted(p for p in set(actual["files"]) | set(manifest["files"])
-                         if actual["files"].get(p) != manifest["files"].get(p))
-        what = ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "") if changed else "the blob set"
-        raise UsageError(f"{root}: the manifest does not describe the files ({what} changed); "
-                         f"run 'ikdata manifest {root}' to commit the changes, then push again")
-    return LocalSnapshot(root, manifest, data, dataset_id(manifest), blobs)
 
 
 def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
