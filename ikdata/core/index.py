@@ -195,7 +195,6 @@ class Index:
         rows = records = unreadable = 0
         names: dict[str, list[int]] = {}  # definition -> [rows, first line]
         uses: Counter = Counter()
-        add_uses = uses.update
         with _open_regular(full) as stream:
             stream.seek(start)
             left = st.st_size - start
@@ -208,6 +207,8 @@ class Index:
                 cut = data.rfind(b"\n") + 1
                 carry = data[cut:]
                 entries = []
+                used: list[str] = []  # this block's blob uses, counted at its end (one C-level count)
+                add_uses = used.extend
                 for raw in data[:cut].split(b"\n")[:-1]:
                     line += 1
                     try:
@@ -242,6 +243,7 @@ class Index:
                                             path, line, offset))
                     offset += len(raw) + 1
                 indexed += cut
+                uses.update(used)
                 count += len(entries)
                 self._db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", entries)
         self._add_stats(path, rows, records, unreadable, names, uses)
