@@ -106,6 +106,12 @@ class Source:
     paths: PathResolver | None = None  # SRC's path rule: every file read from SRC passes it first
     extra_definitions: tuple = ()  # trusted definition folders SRC's reading added (FlashInfer staging)
     definitions_alone: tuple = ()  # definitions SRC brings without workloads (a FlashInfer definitions folder)
+    staged_from: Path | None = None  # the folder the user named, when SRC was staged from it (FlashInfer)
+
+    @property
+    def named(self) -> Path:
+        """SRC as the user named it: the FlashInfer folder a staged dataset came from, else SRC itself."""
+        return self.staged_from or self.root
 
 
 def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLike] = (),
@@ -127,6 +133,7 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
         >>> source = read_source("seed-capture", definitions=["seed/definitions"])
         >>> len(source.rows), [p.message for p in source.problems]
     """
+    named = src
     staged = _flashinfer_staged(Path(src), definitions)
     if staged is not None:  # FlashInfer's recorder or trace definitions: staged as an ikdata dataset first
         src, definitions, fi_left_out = staged
@@ -160,6 +167,7 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
     source.problems += ds.problems  # record files the path rule refused (links out of SRC)
     _read_report(ds, source)
     if staged is not None:
+        source.staged_from = Path(named)
         source.left_out += fi_left_out
         source.extra_definitions = tuple(definitions)
         if not source.rows:

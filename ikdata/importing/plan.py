@@ -503,10 +503,10 @@ def raise_refusals(plan: ImportPlan) -> None:
     """Raise what refuses the import: conflicts first (MergeConflict), then unvalidated workloads."""
     if plan.conflicts:
         shown = plan.conflicts[:20] + ([f"... and {len(plan.conflicts) - 20} more"] if len(plan.conflicts) > 20 else [])
-        raise MergeConflict(f"{plan.source.root} -> {plan.dst}: {len(plan.conflicts)} conflict(s); nothing was "
+        raise MergeConflict(f"{plan.source.named} -> {plan.dst}: {len(plan.conflicts)} conflict(s); nothing was "
                             "written:\n  " + "\n  ".join(shown), paths=plan.conflict_paths)
     if plan.refused:
-        problems = [Problem(r.where or plan.source.where.get(r.uuid, str(plan.source.root)),
+        problems = [Problem(r.where or plan.source.where.get(r.uuid, str(plan.source.named)),
                             f"workload {r.uuid} ({r.definition}) is not validated: {r.reason}", code="unvalidated",
                             pointer=r.pointer)
                     for r in plan.refused if r.code != CANNOT_REJUDGE]
@@ -522,6 +522,8 @@ def raise_refusals(plan: ImportPlan) -> None:
                                     code=CANNOT_REJUDGE))
         advice = ("; a report from elsewhere is a claim: name the definitions' folder with --definitions, "
                   "trust them with --trust DIGEST, or vouch for SRC's reports with --trust-reports") if claims else ""
-        raise ProblemsFound(problems, f"{plan.source.root}: {len(plan.refused)} workload(s) are not validated, so "
-                            "nothing was imported; replay them ('ikdata replay SRC'), or pass --only-passed "
+        replay = ("its calls were replayed with their trusted references as it was read" if plan.source.staged_from
+                  else "replay them ('ikdata replay SRC')")
+        raise ProblemsFound(problems, f"{plan.source.named}: {len(plan.refused)} workload(s) are not validated, so "
+                            f"nothing was imported; {replay}, or pass --only-passed "
                             f"to import the passing subset{advice}")

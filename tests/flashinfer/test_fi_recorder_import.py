@@ -119,3 +119,18 @@ def test_other_commands_refuse_the_recorder_output_and_write_nothing(corpus, com
     assert result.exit_code == 1, result.output
     assert "FlashInfer's flight-recorder output, not a dataset: import it first" in result.output
     assert _tree(corpus["safetensors"]) == before
+
+
+def test_the_wrong_engine_refuses_a_whole_import_naming_the_folder_given(corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from ikdata.cli import app
+
+    dst = tmp_path / "ds"
+    result = CliRunner().invoke(app, ["import", str(corpus["safetensors"]), str(dst)])
+    assert result.exit_code == 1, result.output
+    assert f"{corpus['safetensors']}: 2 workload(s) are not validated" in result.output
+    assert "ikdata-flashinfer-" not in result.output  # never the temporary staging folder
+    assert "ikdata replay SRC" not in result.output  # the calls were replayed as they were read
+    assert "--only-passed" in result.output
+    assert not dst.exists()  # the refused import leaves no empty dataset behind
