@@ -158,6 +158,7 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
                              f"{'an empty list' if listed == [] else type(listed).__name__}")
         listed = []
     tokens, logprobs = [], []
+    seen: set[Any] = set()  # duplicates found in linear time (a list search was quadratic in one line's tokens)
     for i, entry in enumerate(listed):
         token = _token(entry.get("token")) if isinstance(entry, dict) else None
         value = entry.get("logprob") if isinstance(entry, dict) else None
@@ -169,8 +170,9 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
             bad(f"/top_logprobs/{i}/logprob", f"logprob must be a number, got {value!r}")
         elif value > 1e-6:
             bad(f"/top_logprobs/{i}/logprob", f"logprob {value} is positive; expected raw log-probabilities (<= 0)")
-        if token in tokens:
+        if token is not None and token in seen:
             bad(f"/top_logprobs/{i}/token", f"token {token!r} is listed twice")
+        seen.add(token)
         tokens.append(token)
         logprobs.append(value)
     draws = record.get("draws")
