@@ -1,0 +1,292 @@
+"""The census of one process: every op capture saw, how often, how much was recorded, and why not the rest.
+
+Hooks call three counters on the program's own thread, each a dict increment under a lock:
+
+    census.seen("aten::addmm")                                   # a call of the op ran
+    census.recorded("aten::addmm", "dense_gemm_bias_f32_nt_n8_k4")  # it became a workload of that definition
+    census.skipped("aten::addmm", "selection rule", "dense_gemm_bias_f32_nt_n8_k4")  # it did not, and why
+
+and the boot says whether capture is on in the process (:func:`enabled`, :func:`not_enabled`) and which
+``--adapter`` failed (:func:`adapter_failed`). At exit (:func:`write`, called by the boot after the final
+flush) the process leaves one census record (``schemas/census.schema.json``); ``ikdata capture`` merges
+them (:func:`summarise`) into one line a user reads, and keeps them in the dataset (``census/<run>.jsonl``)
+so "nothing was missed" is a fact anyone holding the dataset can check.
+
+A call seen but neither recorded nor skipped by a hook is counted under ``no definition``: the hook
+looked at it and no definition describes that form.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+# Why a call was not recorded; the same list is the enum of schemas/census.schema.json (a test compares them).
+REASONS = ("no definition", "selection rule", "budget", "dtype", "copy failed", "not selected", "step",
+           "disabled", "write failed")
+NO_DEFINITION = "no definition"
+STATE_FILE = "census.jsonl"  # in a run's state folder: one line per process, read by ikdata capture
+DATASET_DIR = "census"  # in the dataset: census/<run>.jsonl
+
+_LOCK = threading.Lock()
+_SEEN: dict[str, int] = {}
+_RECORDED: dict[tuple[str, str], int] = {}
+_SKIPPED: dict[tuple[str, str, str | None], int] = {}
+_STATE: dict[str, Any] = {"enabled": None, "reason": None, "adapters": {}, "written": None}
+
+
+def seen(op: str, n: int = 1) -> None:
+    """``n`` calls of ``op`` ran (``"aten::addmm"``, ``"_C::rms_norm"``, ``"torch.nn.functional.linear"``)."""
+    with _LOCK:
+        _SEEN[op] = _SEEN.get(op, 0) + n
+
+
+def recorded(op: str, definition: str, n: int = 1) -> None:
+    """``n`` calls of ``op`` were recorded as workloads of ``definition``."""
+    key = (op, definition)
+    with _LOCK:
+        _RECORDED[key] = _RECORDED.get(key, 0) + n
+
+
+def skipped(op: str, reason: str, definition: str | None = None, n: int = 1) -> None:
+    """``n`` calls of ``op`` were not recorded, for ``reason`` (one of :data:`REASONS`; anything else is kept
+    as ``no definition`` would be, but named: a hook's reason is never dropped)."""
+    key = (op, reason, definition)
+    with _LOCK:
+        _SKIPPED[key] = _SKIPPED.get(key, 0) + n
+
+
+def enabled() -> None:
+    """Capture is on in this process."""
+    _STATE["enabled"], _STATE["reason"] = True, None
+
+
+def not_enabled(reason: str) -> None:
+    """Capture could not be turned on in this process; ``reason`` says why (the exception, in words)."""
+    _STATE["enabled"], _STATE["reason"] = False, reason
+
+
+def adapter_failed(module: str, reason: str) -> None:
+    """The ``--adapter`` module ``module`` could not be installed in this process."""
+    _STATE["adapters"][module] = reason
+
+
+def adapter_installed(module: str) -> None:
+    """The ``--adapter`` module ``module`` is installed in this process."""
+    _STATE["adapters"][module] = None
+
+
+def reset() -> None:
+    """Start empty (a forked child counts its own calls; tests)."""
+    global _LOCK
+    _LOCK = threading.Lock()  # a lock held by another thread at fork time stays held in the child
+    _SEEN.clear()
+    _RECORDED.clear()
+    _SKIPPED.clear()
+    _STATE["written"] = None
+
+
+@dataclass(frozen=True)
+class OpCount:
+    """One op's line of a census: how often it ran, recorded per definition, skipped per reason."""
+
+    op: str
+    calls: int
+    recorded: dict[str, int] = field(default_factory=dict)  # definition -> calls recorded
+    skipped: tuple[tuple[str, str | None, int], ...] = ()  # (reason, definition or None, calls)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "calls": self.calls,
+                "recorded": [{"definition": d, "calls": n} for d, n in sorted(self.recorded.items())],
+                "skipped": [{"reason": r, "definition": d, "calls": n} for r, d, n in self.skipped]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OpCount:
+        return cls(data["op"], data["calls"], {r["definition"]: r["calls"] for r in data.get("recorded", [])},
+                   tuple((s["reason"], s.get("definition"), s["calls"]) for s in data.get("skipped", [])))
+
+
+def ops() -> list[OpCount]:
+    """This process's counts so far, one :class:`OpCount` per op, calls not explained named ``no definition``."""
+    with _LOCK:
+        seen_now, rec_now, skip_now = dict(_SEEN), dict(_RECORDED), dict(_SKIPPED)
+    names = set(seen_now) | {op for op, _ in rec_now} | {op for op, _, _ in skip_now}
+    found = []
+    for op in sorted(names):
+        rec = {d: n for (o, d), n in rec_now.items() if o == op}
+        skips = sorted(((r, d, n) for (o, r, d), n in skip_now.items() if o == op),
+                       key=lambda s: (s[0], s[1] or ""))
+        calls = max(seen_now.get(op, 0), sum(rec.values()) + sum(n for _, _, n in skips))
+        rest = calls - sum(rec.values()) - sum(n for _, _, n in skips)
+        if rest:
+            skips.append((NO_DEFINITION, None, rest))
+        found.append(OpCount(op, calls, rec, tuple(skips)))
+    return found
+
+
+def record(run: str | None = None) -> dict[str, Any]:
+    """This process's census record (``schemas/census.schema.json``)."""
+    rank, world = _rank()
+    return {"run": run, "pid": os.getpid(), "host": socket.gethostname(), "argv": [str(a) for a in sys.argv],
+            "rank": rank, "world_size": world, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "torch": "torch" in sys.modules, "enabled": bool(_STATE["enabled"]), "reason": _STATE["reason"],
+            "adapters": [{"module": m, "error": e} for m, e in sorted(_STATE["adapters"].items())],
+            "ops": [o.to_json() for o in ops()]}
+
+
+def _rank() -> tuple[int | None, int | None]:
+    """The process's rank and world size: torch.distributed when initialised, else RANK/WORLD_SIZE."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # noqa: BLE001  a torn-down process group: fall back to the environment
+        pass
+    try:
+        rank = int(os.environ["RANK"]) if "RANK" in os.environ else None
+        world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None
+    except ValueError:
+        return None, None
+    return rank, world
+
+
+def worth_writing() -> bool:
+    """Whether this process has anything to report: it imported torch, tried to enable capture, or counted a call."""
+    return "torch" in sys.modules or _STATE["enabled"] is not None or bool(_SEEN or _RECORDED or _SKIPPED)
+
+
+def write(state_dir: str | None, into: str | None, run: str | None = None) -> Path | None:
+    """Leave this process's census record, once per process; returns the file written to, or None.
+
+    With a run's state folder (``ikdata capture``) the record is appended to ``STATE/census.jsonl`` and the
+    runner moves it into the dataset. Without one (``IKDATA_CAPTURE`` set by hand) it goes straight into
+    ``INTO/census/<host>-<pid>.jsonl``, when that dataset folder exists. Never raises (called at exit).
+    """
+    if _STATE["written"] == os.getpid() or not worth_writing():
+        return None
+    _STATE["written"] = os.getpid()
+    try:
+        from ikdata.core import jsonl
+
+        if state_dir:
+            target = Path(state_dir) / STATE_FILE
+        elif into and Path(into).is_dir():
+            target = Path(into) / DATASET_DIR / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+            target.parent.mkdir(exist_ok=True)
+        else:
+            return None
+        jsonl.append(str(target), [record(run)], fsync=not state_dir)
+        return target
+    except Exception as exc:  # noqa: BLE001  at exit: say so, never raise
+        sys.stderr.write(f"ikdata capture [{os.getpid()}]: the census could not be written: {exc}\n")
+        return None
+
+
+# -- merging the processes' records (ikdata capture) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The census of a whole run: every process's records merged.
+
+    Attributes:
+        processes: records read (one per process that imported torch or counted a call).
+        ops: op -> merged :class:`OpCount`.
+        not_enabled: (pid, host, argv, reason) of processes that imported torch and had capture off.
+        adapter_failures: (pid, module, reason) of ``--adapter`` modules that failed to install.
+    """
+
+    processes: int
+    ops: dict[str, OpCount]
+    not_enabled: tuple[tuple[int, str, tuple[str, ...], str], ...] = ()
+    adapter_failures: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def calls(self) -> int:
+        return sum(o.calls for o in self.ops.values())
+
+    @property
+    def recorded_calls(self) -> int:
+        return sum(sum(o.recorded.values()) for o in self.ops.values())
+
+    def definitions(self) -> set[str]:
+        return {d for o in self.ops.values() for d in o.recorded}
+
+    def by_reason(self) -> dict[str, dict[str, int]]:
+        """reason -> op -> calls not recorded for it."""
+        found: dict[str, dict[str, int]] = {}
+        for o in self.ops.values():
+            for reason, _, n in o.skipped:
+                found.setdefault(reason, {})
+                found[reason][o.op] = found[reason].get(o.op, 0) + n
+        return found
+
+    def lines(self, limit: int = 8) -> list[str]:
+        """The summary in words: what ran, what was recorded, and per reason the ops not recorded (most first)."""
+        n_defs = len(self.definitions())
+        out = [f"ran {self.calls:,} call{'s' if self.calls != 1 else ''} of {len(self.ops)} op"
+               f"{'s' if len(self.ops) != 1 else ''}; recorded {self.recorded_calls:,} call"
+               f"{'s' if self.recorded_calls != 1 else ''} of {n_defs} definition{'s' if n_defs != 1 else ''}"]
+        for reason, per_op in sorted(self.by_reason().items(), key=lambda kv: -sum(kv[1].values())):
+            ranked = sorted(per_op.items(), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{op} x{n:,}" for op, n in ranked[:limit])
+            more = f", and {len(ranked) - limit} more op(s)" if len(ranked) > limit else ""
+            out.append(f"not recorded, {reason}: {shown}{more}")
+        return out
+
+    def why_nothing(self) -> str:
+        """Why a run recorded nothing, from the census, in one sentence."""
+        if self.not_enabled:
+            pid, _, argv, reason = self.not_enabled[0]
+            return f"capture was not enabled in process {pid} ({' '.join(argv)[:80]}): {reason}"
+        if not self.processes:
+            return "no process of the command imported torch (capture starts when a Python process imports it)"
+        if not self.ops:
+            return "the program imported torch but ran no call capture looks at"
+        reasons = self.by_reason()
+        if not reasons:
+            return "every call seen was recorded, yet no workload was written"
+        top = max(reasons.items(), key=lambda kv: sum(kv[1].values()))
+        return (f"of {self.calls:,} calls seen none was recorded; most were not for '{top[0]}' "
+                f"({sum(top[1].values()):,} calls)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"processes": self.processes, "calls": self.calls, "recorded_calls": self.recorded_calls,
+                "definitions": sorted(self.definitions()), "ops": [o.to_json() for o in self.ops.values()],
+                "not_enabled": [{"pid": p, "host": h, "argv": list(a), "reason": r} for p, h, a, r in self.not_enabled],
+                "adapter_failures": [{"pid": p, "module": m, "error": e} for p, m, e in self.adapter_failures]}
+
+
+def summarise(records: Iterable[dict[str, Any]]) -> Summary:
+    """Merge census records (one per process) into a :class:`Summary`."""
+    merged: dict[str, dict[str, Any]] = {}
+    off, adapters, count = [], [], 0
+    for rec in records:
+        count += 1
+        if rec.get("torch") and not rec.get("enabled"):
+            off.append((rec.get("pid", 0), rec.get("host", ""), tuple(rec.get("argv") or ()),
+                        rec.get("reason") or "no reason given"))
+        adapters += [(rec.get("pid", 0), a["module"], a["error"]) for a in rec.get("adapters", []) if a.get("error")]
+        for data in rec.get("ops", []):
+            m = merged.setdefault(data["op"], {"calls": 0, "recorded": {}, "skipped": {}})
+            m["calls"] += data["calls"]
+            for r in data.get("recorded", []):
+                m["recorded"][r["definition"]] = m["recorded"].get(r["definition"], 0) + r["calls"]
+            for s in data.get("skipped", []):
+                key = (s["reason"], s.get("definition"))
+                m["skipped"][key] = m["skipped"].get(key, 0) + s["calls"]
+    ops_found = {op: OpCount(op, m["calls"], m["recorded"],
+                             tuple(sorted(((r, d, n) for (r, d), n in m["skipped"].items()),
+                                          key=lambda s: (s[0], s[1] or ""))))
+                 for op, m in sorted(merged.items())}
+    return Summary(count, ops_found, tuple(off), tuple(adapters))
+
+
+__all__ = ["REASONS", "NO_DEFINITION", "OpCount", "Summary", "adapter_failed", "adapter_installed", "enabled",
+           "not_enabled", "ops", "record", "recorded", "reset", "seen", "skipped", "summarise", "write"]
