@@ -29,6 +29,7 @@ module passed with ``--adapter`` (see docs/sampling.md) that records the same te
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import sys
@@ -38,6 +39,8 @@ TEMPLATE = "sampling_logits_f32"
 OPERATION = "transformers.GenerationMixin._sample"
 ORDER = "hf"
 _WATCHED = "transformers.generation.utils"
+# inside an assisted (speculative) call every _sample is the draft's: never recorded as the target's draws
+_ASSISTED: contextvars.ContextVar[str | None] = contextvars.ContextVar("ikdata_sampling_assisted", default=None)
 # what the judge models of HF's processors and warpers (ikdata/sampling/pipeline.py, distribution.py)
 MODELLED = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper",
             "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper", "RepetitionPenaltyLogitsProcessor",
@@ -194,11 +197,12 @@ def _patch(cap: Any) -> None:
         return
     original = mixin._sample
     _patch_beams(cap, mixin)
+    _patch_assisted(cap, mixin)
 
     @functools.wraps(original)
     def _sample(self: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any, generation_config: Any,
                 *args: Any, **kwargs: Any) -> Any:
-        if not cap.enabled or cap.tracker.current_request() is None:
+        if not cap.enabled or cap.tracker.current_request() is None or _ASSISTED.get() is not None:
             return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
         recorder = _Recorder(logits_processor)
         out = original(self, input_ids, recorder, stopping_criteria, generation_config, *args, **kwargs)
@@ -235,6 +239,47 @@ def _patch_beams(cap: Any, mixin: Any) -> None:
     cap._patches.append((mixin, "_beam_search", original))
 
 
+def assisted_mode(generation_config: Any, kwargs: dict[str, Any]) -> str:
+    """The name of an assisted (speculative) decoding mode, as a user would recognise it."""
+    if kwargs.get("assistant_model") is not None:
+        return f"assisted generation (assistant_model {type(kwargs['assistant_model']).__name__})"
+    lookup = getattr(generation_config, "prompt_lookup_num_tokens", None)
+    if lookup is not None:
+        return f"prompt-lookup decoding (prompt_lookup_num_tokens {lookup})"
+    return "assisted (speculative) decoding"
+
+
+def _patch_assisted(cap: Any, mixin: Any) -> None:
+    """Assisted generation and prompt-lookup decoding draw (or accept a draft) inside ``_assisted_decoding``,
+    whose target distribution, draft proposals and accept/resample draws capture does not record. Such a
+    call is refused by name (a failure marked lost: ``ikdata capture`` exits 1), and the draft model's own
+    ``_sample`` calls inside it are never recorded as if they were the target's draws."""
+    original = getattr(mixin, "_assisted_decoding", None)
+    if original is None or getattr(original, "__ikdata_original__", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def _assisted_decoding(self: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any,
+                           generation_config: Any, *args: Any, **kwargs: Any) -> Any:
+        if not cap.enabled or cap.tracker.current_request() is None:
+            return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+        mode = assisted_mode(generation_config, kwargs)
+        drawn = "sampling" if getattr(generation_config, "do_sample", False) else "greedy decoding"
+        cap._fail(TEMPLATE, RuntimeError(f"sampling not captured: {mode} with {drawn} draws and accepts draft "
+                                         "tokens outside _sample (the target's distribution, the draft's proposals "
+                                         "and the accept/resample draws are not recorded); run without it to "
+                                         "capture the sampler"), lost=True)
+        token = _ASSISTED.set(mode)
+        try:
+            return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+        finally:
+            _ASSISTED.reset(token)
+
+    _assisted_decoding.__ikdata_original__ = original  # type: ignore[attr-defined]
+    mixin._assisted_decoding = _assisted_decoding
+    cap._patches.append((mixin, "_assisted_decoding", original))
+
+
 def install(cap: Any) -> None:
     """Capture Hugging Face ``generate``'s sampler: patch now if transformers is loaded, else when it loads."""
     if _WATCHED in sys.modules:
@@ -255,4 +300,4 @@ def _patch_installed() -> None:
         _patch(cap)
 
 
-__all__ = ["MODELLED", "OPERATION", "ORDER", "TEMPLATE", "declared", "expected_processors", "install", "processors_of"]
+__all__ = ["MODELLED", "OPERATION", "ORDER", "TEMPLATE", "assisted_mode", "declared", "expected_processors", "install", "processors_of"]
