@@ -148,7 +148,7 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
     if n_pit:
         found = pit_test(sums, n_pit, moments if moments is not None else np.zeros((1, 4)), n_moments,
                          alpha=each, seed=_seed(definition)).to_dict()
-        if found["too_small"]:
+        if found["too_small"] and not rejects(found):
             need = pit_draws_needed(moments, n_moments, each)
             found["not_judged"] = (f"pooled PIT test over {n_pit} draws cannot see a 50% temperature error: not "
                                    "judged" + (f"; about {need} draws would" if need else
@@ -161,7 +161,7 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
         for _, _, uuid in groups[key].values():
             joined[uuid].add(f"tv:{key}")
         found = tv_test(counts, probs, alpha=each, seed=_seed(key)).to_dict()
-        if found["too_small"]:
+        if found["too_small"] and not rejects(found):
             need = tv_draws_needed(probs, each, _seed(key), len(groups[key]))
             found["not_judged"] = (f"TV test of {len(groups[key])} draws of distribution {key} cannot see any shift: "
                                    "not judged" + (f"; about {need} draws would" if need else ""))
@@ -175,6 +175,13 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
         positions = sum(int(c["sampling"].get("positions", 0)) for c in cases if c["sampling"].get("not_checked"))
         result.not_checked = f"{positions} position(s) not checked: processor(s) {', '.join(accepted)} accepted"
     return result
+
+
+def rejects(test: Mapping[str, Any]) -> bool:
+    """Whether a test rejects at its alpha: a failure, whatever its power (power only decides "not judged" for a
+    test that does not reject)."""
+    p_value = test.get("p_value")
+    return isinstance(p_value, (int, float)) and p_value < float(test["alpha"])
 
 
 def _counts(draws: Mapping[str, tuple[int, float, str]], probs: list[float]) -> np.ndarray:
@@ -197,13 +204,13 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
         return Status.FAILED, (f"workload {case['uuid']}: {record['outside']} drawn token(s) outside the kept set, "
                           f"e.g. token {first.get('token')} at position {first.get('position')} (kept "
                           f"{first.get('kept')} tokens){processors_note(record)}"), metrics
-    failed = [t for t in tests if not t["too_small"] and t["p_value"] < t["alpha"]]
+    failed = [t for t in tests if rejects(t)]  # a rejection is a failure whatever the power computation says
     if failed:
         return Status.FAILED, "; ".join(describe_test(t) for t in failed) + processors_note(record), metrics
     if record.get("not_checked"):
         return Status.SKIPPED, (f"distribution not checked: processor(s) {', '.join(record['not_checked'])} "
                                 "accepted by the definition (judge.accept_processors)"), metrics
-    small = [t for t in tests if t["too_small"]]
+    small = [t for t in tests if t["too_small"]]  # none of them rejects (else failed above)
     if small:
         return Status.SKIPPED, "too few draws to judge: " + "; ".join(describe_test(t) for t in small), metrics
     if not tests:
@@ -308,4 +315,4 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
 
 
 __all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "pit_draws_needed",
-           "processors_note", "recheck_case", "tv_draws_needed"]
+           "processors_note", "recheck_case", "rejects", "tv_draws_needed"]
