@@ -24,6 +24,10 @@ from ikdata.core.references import (MAX_CHAIN, MAX_NESTING, MAX_REFERENCE_CHARS,
                                     entry_point, parse_reference, run_signature, takes_inputs, unbound_names)
 from ikdata.core.trust import DATASET, SHIPPED, USER, require_trusted  # noqa: F401 (origins, re-exported)
 
+# The most bytes a definition file may hold: a reference at its character limit, every character escaped
+# (``\uXXXX``: 6 bytes), and room for the rest. Checked from the file before it is read, so a huge file
+# costs a stat, not its size many times over in parsed JSON.
+MAX_DEFINITION_BYTES = 2 << 20
 # Finding codes that writing the definition again fixes (definition_bytes lists run's order).
 REORDERED_BY_WRITING = frozenset({"input-order", "output-order"})
 
@@ -339,7 +343,10 @@ def reorder_definitions(root: str | os.PathLike) -> tuple[str, ...]:
         if path.is_symlink() or not path.is_file():
             continue
         try:
-            record = orjson.loads(path.read_bytes())
+            data = read_definition_bytes(path)
+            if data is None:
+                continue  # too large: validate names it
+            record = orjson.loads(data)
         except (OSError, orjson.JSONDecodeError):
             continue
         if schema.check("definition", record, path=str(path)) or is_declared_order(record):
@@ -352,6 +359,16 @@ def reorder_definitions(root: str | os.PathLike) -> tuple[str, ...]:
     return tuple(rewritten)
 
 
+def read_definition_bytes(path: Path) -> bytes | None:
+    """A definition file's bytes, or None when it holds more than :data:`MAX_DEFINITION_BYTES` (its size is
+    checked on the open file before reading, and at most one byte more than the limit is ever read)."""
+    with open(path, "rb") as stream:
+        if os.fstat(stream.fileno()).st_size > MAX_DEFINITION_BYTES:
+            return None
+        data = stream.read(MAX_DEFINITION_BYTES + 1)
+    return None if len(data) > MAX_DEFINITION_BYTES else data
+
+
 def parse_definition(path: Path, *, origin: str, display: str | None = None) -> tuple[Definition | None, list[Problem]]:
     """Read, schema-check and consistency-check one definition file.
 
@@ -361,7 +378,11 @@ def parse_definition(path: Path, *, origin: str, display: str | None = None) -> 
 
     display = display or str(path)
     try:
-        data = path.read_bytes()
+        data = read_definition_bytes(path)
+        if data is None:
+            return None, [Problem(display, f"definition file is larger than {MAX_DEFINITION_BYTES} bytes "
+                                  f"({MAX_DEFINITION_BYTES >> 20} MiB); not read. Expected one definition, its reference "
+                                  f"under {MAX_REFERENCE_CHARS} characters", code="too-large")]
         record = orjson.loads(data)
     except (orjson.JSONDecodeError, OSError) as exc:
         return None, [Problem(display, f"cannot read definition: {exc}; expected one JSON object",
