@@ -7,16 +7,25 @@ exactly what was put in, in the same order, so results do not depend on where th
 
 The threshold is ``IKDATA_SPILL_ROWS`` (default 250,000 entries); tests lower it to exercise the
 disk path on small datasets. The temporary files live in ``$TMPDIR`` (never inside the dataset,
-which a reader must not modify) and are removed on :meth:`close`.
+which a reader must not modify), in a folder of their own under one private per-user folder
+(``$TMPDIR/ikdata-spill-<uid>``, mode 0700, refused unless it is a real folder the user owns). They are
+removed on :meth:`close` and, for what was not closed, at normal exit. Each folder holds a lock its
+process keeps while it lives, so a folder whose lock is free belongs to a killed process: the next
+process that spills removes it.
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import marshal
 import os
 import shutil
 import sqlite3
+import stat
 import tempfile
+import time
+import weakref
 from array import array
 from typing import Any, Iterator
 
@@ -35,21 +44,133 @@ def threshold() -> int:
         return DEFAULT_THRESHOLD
 
 
+_LOCK = ".lock"
+_UNLOCKED_GRACE_S = 3600  # a folder without its lock file yet: removed only once this old (a kill right after mkdtemp)
+_OPEN: "weakref.WeakSet[_TempFolder]" = weakref.WeakSet()
+
+
+def user_folder_name() -> str:
+    """The per-user folder's name under ``$TMPDIR``."""
+    return f"ikdata-spill-{os.getuid()}"
+
+
+def _user_folder() -> str | None:
+    """``$TMPDIR/ikdata-spill-<uid>``, made private if new; None when the name is taken by something that is not
+    a private folder of this user (a link or someone else's folder in a shared TMPDIR: never written into)."""
+    path = os.path.join(tempfile.gettempdir(), user_folder_name())
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        return None
+    return path
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process a folder is named after still runs (a reused pid only delays the sweep)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def sweep(folder: str) -> list[str]:
+    """Remove the spill folders under the per-user ``folder`` whose process is gone (their lock is free); returns
+    what was removed."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            fd = os.open(os.path.join(path, _LOCK), os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            try:
+                if time.time() - os.lstat(path).st_mtime > _UNLOCKED_GRACE_S:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
+            except OSError:
+                pass
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its process is alive
+        else:
+            if _alive(name.split("-", 1)[0]):
+                continue  # its process made the lock file and has not locked it yet
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
 class _TempFolder:
-    """A private temporary folder, made on first use and removed by :meth:`close`."""
+    """A private temporary folder, made on first use (under the per-user folder, holding its lock) and removed
+    by :meth:`close` or at normal exit."""
 
     def __init__(self) -> None:
         self.path: str | None = None
+        self._lock: int | None = None
 
     def make(self) -> str:
         if self.path is None:
-            self.path = tempfile.mkdtemp(prefix="ikdata-spill-")
+            for _ in range(3):  # another process may remove the (empty) per-user folder in between
+                user = _user_folder()
+                if user is None:
+                    self.path = tempfile.mkdtemp(prefix="ikdata-spill-")
+                    break
+                sweep(user)
+                try:
+                    path = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=user)
+                except FileNotFoundError:
+                    continue
+                self._lock = os.open(os.path.join(path, _LOCK), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                fcntl.flock(self._lock, fcntl.LOCK_EX)
+                self.path = path
+                break
+            else:
+                self.path = tempfile.mkdtemp(prefix="ikdata-spill-")
+            _OPEN.add(self)
         return self.path
 
     def close(self) -> None:
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
+                try:
+                    os.rmdir(os.path.dirname(self.path))  # the per-user folder, once nobody spills there
+                except OSError:
+                    pass
             self.path = None
+        _OPEN.discard(self)
+
+
+@atexit.register
+def _close_all() -> None:
+    for folder in list(_OPEN):
+        folder.close()
 
 
 class UuidMap:
@@ -200,4 +321,5 @@ class Interned:
         return found
 
 
-__all__ = ["DEFAULT_THRESHOLD", "ENV", "SPILLS", "Interned", "RecordList", "UuidMap", "threshold"]
+__all__ = ["DEFAULT_THRESHOLD", "ENV", "SPILLS", "Interned", "RecordList", "UuidMap", "sweep", "threshold",
+           "user_folder_name"]
