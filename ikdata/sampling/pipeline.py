@@ -17,11 +17,11 @@ engine's declared order, everything that moves or bans logits before temperature
 
 Presence and frequency penalties are applied under any order when declared (HF has none, so a
 declared one is a request the HF engine cannot honour). After temperature, the cuts
-(:mod:`ikdata.sampling.distribution`) follow the same order; Hugging Face's epsilon and eta
-warpers come last (:func:`apply_cutoffs`: tokens whose probability in the cut distribution is
-below epsilon, or below ``min(eta, sqrt(eta) exp(-entropy))``, are dropped; the top token
-stays), and typical sampling (:func:`apply_typical`) keeps the tokens whose surprise is closest
-to the entropy: not a prefix by probability, so those positions join the PIT test only.
+(:mod:`ikdata.sampling.distribution`) follow the same order; Hugging Face's typical, epsilon and
+eta warpers come last, in that order, each on what the one before left (:func:`apply_warpers`):
+typical sampling keeps the tokens whose surprise is closest to the entropy (not a prefix by
+probability, so those positions join the PIT test only); epsilon and eta drop tokens whose
+probability is below epsilon, or below ``min(eta, sqrt(eta) exp(-entropy))`` (the top token stays).
 """
 
 from __future__ import annotations
@@ -195,90 +195,94 @@ def process(logits: np.ndarray, extras: Extras, order: str) -> np.ndarray:
     return x
 
 
-def apply_cutoffs(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.ndarray, judged: Judged, *,
-                  tol: float, rng: np.random.Generator) -> None:
-    """Hugging Face's epsilon and eta warpers after the cuts, on the rows that set them (in place).
+@dataclass
+class Warped:
+    """What Hugging Face's typical, epsilon and eta warpers left (:func:`apply_warpers`).
 
-    Both keep a prefix of the kept tokens by probability: the count shrinks, and a probability
-    within the tolerance of the threshold is ``boundary``.
+    ``irregular``: positions whose kept set is not a prefix by probability (typical sampling): they join
+    the PIT test only; ``kept_probs``: position -> its final kept probabilities in descending order (every
+    position the warpers changed), for the power computation.
     """
-    both = ((extras.epsilon > 0) | (extras.eta > 0)) & (extras.typical_p < 1) & (judged.status == OK)
-    judged.status[both], judged.kept[both], judged.u[both] = BOUNDARY, 0, np.nan  # typical then epsilon: not modelled
-    rows = np.flatnonzero(((extras.epsilon > 0) | (extras.eta > 0)) & (judged.status == OK) & ~judged.greedy)
-    for i in rows:
-        t = float(settings.temperature[i])
-        values = -np.sort(-x[i])[:int(judged.kept[i])]
-        w = np.exp((values - values[0]) / t)
-        p = w / w.sum()
-        threshold = 0.0
-        if extras.epsilon[i] > 0:
-            threshold = max(threshold, float(extras.epsilon[i]))
-        if extras.eta[i] > 0:
-            entropy = float(-(p * np.log(np.where(p > 0, p, 1.0))).sum())
-            eta = float(extras.eta[i])
-            threshold = max(threshold, min(eta, math.sqrt(eta) * math.exp(-entropy)))
-        slack = math.exp(2 * tol / t)
-        if ((p > threshold / slack) & (p < threshold * slack)).any():
-            judged.status[i], judged.kept[i], judged.u[i] = BOUNDARY, 0, np.nan
-            continue
-        keep = max(1, int((p >= threshold).sum()))
-        if keep == judged.kept[i]:
-            continue
-        judged.kept[i] = keep
-        value = x[i, drawn[i]]
-        if value < values[keep - 1]:
-            judged.outside[i], judged.u[i] = True, np.nan
-            continue
-        q = p[:keep] / p[:keep].sum()
-        before = q[values[:keep] > value].sum()
-        atom = q[values[:keep] == value].sum()
-        judged.u[i] = before + rng.random() * atom
+
+    irregular: np.ndarray
+    kept_probs: dict[int, np.ndarray]
 
 
-def apply_typical(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.ndarray, judged: Judged, *,
-                  tol: float, rng: np.random.Generator) -> np.ndarray:
-    """Hugging Face's typical warper after the cuts (in place); the rows it judged (their kept set is not a prefix
-    by probability, so they join the PIT test only).
+def _near(p: np.ndarray, threshold: float, slack: float) -> bool:
+    return bool(((p > threshold / slack) & (p < threshold * slack)).any())
 
-    Over the kept tokens with probabilities p: H = -sum p log p; tokens sorted by |-log p - H| are kept while
-    the mass before them is < typical_p (the first always). A score within the tolerance of the cut is
-    ``boundary``.
+
+def apply_warpers(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.ndarray, judged: Judged, *,
+                  tol: float, rng: np.random.Generator) -> Warped:
+    """Hugging Face's typical, epsilon and eta warpers after the cuts, in its order, each on the set the one
+    before left (renormalised), on the rows that set them (in place).
+
+    typical: over the kept tokens' probabilities p (H = -sum p log p), tokens sorted by |-log p - H| are kept
+    while the mass before them is < typical_p (the first always); epsilon: tokens with p < epsilon dropped;
+    eta: tokens with p < min(eta, sqrt(eta) exp(-H)) dropped (both keep the top token). A score, mass or
+    probability within the tolerance of its cut is ``boundary``. The drawn token's u is recomputed over the
+    final set in descending order of value.
     """
-    done = []
-    rows = np.flatnonzero((extras.typical_p < 1) & (judged.status == OK) & ~judged.greedy & ~judged.outside)
-    for i in rows:
+    irregular, kept_probs = [], {}
+    on = (extras.typical_p < 1) | (extras.epsilon > 0) | (extras.eta > 0)
+    for i in np.flatnonzero(on & (judged.status == OK) & ~judged.greedy & ~judged.outside):
         t = float(settings.temperature[i])
         order = np.argsort(-x[i], kind="stable")[:int(judged.kept[i])]
         values = x[i, order].astype(np.float64)
-        w = np.exp((values - values[0]) / t)
-        p = w / w.sum()
-        logp = np.log(p)
-        entropy = float(-(p * logp).sum())
-        shifted = np.abs(-logp - entropy)
-        rank = np.argsort(shifted, kind="stable")
-        cum = np.cumsum(p[rank])
-        last = min(int((cum < extras.typical_p[i]).sum()), len(rank) - 1)
-        cutoff = shifted[rank[last]]
-        keep = shifted <= cutoff
-        keep[rank[0]] = True
-        slack = 2 * tol / t
-        near = np.abs(shifted - cutoff) < slack
-        near[rank[last]] = False
-        mass_near = abs(cum[last - 1] - extras.typical_p[i]) < slack if last > 0 else False
-        if near.any() or mass_near:
+        keep = np.ones(len(values), bool)
+        ambiguous = False
+        ratio = math.exp(2 * tol / t)
+        if extras.typical_p[i] < 1:
+            p = _renormalised(values, keep, t)
+            logp = np.log(p)
+            entropy = float(-(p * logp).sum())
+            shifted = np.abs(-logp - entropy)
+            rank = np.argsort(shifted, kind="stable")
+            cum = np.cumsum(p[rank])
+            last = min(int((cum < extras.typical_p[i]).sum()), len(rank) - 1)
+            cutoff = shifted[rank[last]]
+            slack = 2 * tol / t
+            near = np.abs(shifted - cutoff) < slack
+            near[rank[last]] = False
+            ambiguous = bool(near.any()) or (last > 0 and abs(cum[last - 1] - extras.typical_p[i]) < slack)
+            keep = shifted <= cutoff
+            keep[rank[0]] = True
+        for name in ("epsilon", "eta"):
+            value = float(getattr(extras, name)[i])
+            if ambiguous or value <= 0:
+                continue
+            p = _renormalised(values, keep, t)
+            threshold = value
+            if name == "eta":
+                nz = p[p > 0]
+                threshold = min(value, math.sqrt(value) * math.exp(float((nz * np.log(nz)).sum())))
+            ambiguous = _near(p[keep], threshold, ratio)
+            drop = keep & (p < threshold)
+            drop[0] = False  # the top token stays (min_tokens_to_keep 1)
+            keep &= ~drop
+        if ambiguous:
             judged.status[i], judged.kept[i], judged.u[i] = BOUNDARY, 0, np.nan
             continue
-        judged.kept[i] = int(keep.sum())
+        count = int(keep.sum())
+        prefix = bool(keep[:count].all())
+        q = _renormalised(values, keep, t)
+        kept_probs[int(i)] = q[keep]
+        judged.kept[i] = count
         hit = np.flatnonzero(order == drawn[i])
         if not len(hit) or not keep[hit[0]]:
             judged.outside[i], judged.u[i] = True, np.nan
             continue
-        q = np.where(keep, p, 0.0)
-        q /= q.sum()
         value = values[hit[0]]
         judged.u[i] = q[values > value].sum() + rng.random() * q[values == value].sum()
-        done.append(i)
-    return np.asarray(done, np.int64)
+        if not prefix:
+            irregular.append(i)
+    return Warped(np.asarray(irregular, np.int64), kept_probs)
 
 
-__all__ = ["Extras", "NO_TOKEN", "apply_cutoffs", "apply_typical", "process"]
+def _renormalised(values: np.ndarray, keep: np.ndarray, temperature: float) -> np.ndarray:
+    """Probabilities of the kept values (descending) at the temperature; 0 elsewhere."""
+    w = np.where(keep, np.exp((values - values[0]) / temperature), 0.0)
+    return w / w.sum()
+
+
+__all__ = ["Extras", "NO_TOKEN", "Warped", "apply_warpers", "process"]

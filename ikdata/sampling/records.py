@@ -24,7 +24,7 @@ import numpy as np
 from ikdata.core.digest import bytes_digest
 from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
                                           judge_logits)
-from ikdata.sampling.pipeline import Extras, apply_cutoffs, apply_typical, process
+from ikdata.sampling.pipeline import Extras, Warped, apply_warpers, process
 from ikdata.sampling.topk import implied
 from ikdata.sampling.stats import legendre, temperature_moments
 
@@ -52,11 +52,12 @@ def _pit_part(us: np.ndarray) -> dict[str, Any]:
 
 
 def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn: np.ndarray, order: str, tol: float,
-           seed: int) -> tuple[np.ndarray, Any, np.ndarray]:
-    """The processed logits (penalties and bans applied in the engine's order), the judged positions, and the
-    positions whose kept set is not a prefix by probability (typical sampling: PIT only)."""
+           seed: int) -> tuple[np.ndarray, Any, Warped]:
+    """The processed logits (penalties and bans applied in the engine's order), the judged positions, and what
+    HF's typical, epsilon and eta warpers left (positions whose kept set is not a prefix: PIT only)."""
     if extras is None:
-        return logits, judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed), np.zeros(0, np.int64)
+        return logits, judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed), Warped(
+            np.zeros(0, np.int64), {})
     x = process(logits, extras, "hf" if order == ANY else order)
     with np.errstate(invalid="ignore"):
         judged = judge_logits(x, settings, drawn, order=order, tol=tol, seed=seed)
@@ -64,9 +65,8 @@ def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn:
     banned = np.isneginf(x[np.arange(len(drawn)), drawn]) & (judged.status != BAD_LOGPROBS)
     judged.status[banned], judged.outside[banned], judged.u[banned] = OK, True, np.nan
     judged.kept[:] = np.minimum(judged.kept, np.isfinite(x).sum(axis=1))
-    apply_cutoffs(x, settings, extras, drawn, judged, tol=tol, rng=np.random.default_rng(seed + 1))
-    irregular = apply_typical(x, settings, extras, drawn, judged, tol=tol, rng=np.random.default_rng(seed + 2))
-    return x, judged, irregular
+    warped = apply_warpers(x, settings, extras, drawn, judged, tol=tol, rng=np.random.default_rng(seed + 1))
+    return x, judged, warped
 
 
 def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, seeds: Sequence[int] | None = None, *,
@@ -78,7 +78,8 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     Raises:
         RecordError: a drawn id outside the vocabulary, or shapes that disagree.
     """
-    logits, judged, irregular = _judge(np.asarray(logits), settings, extras, drawn, order, tol, seed)
+    logits, judged, warped = _judge(np.asarray(logits), settings, extras, drawn, order, tol, seed)
+    irregular = warped.irregular
     n = len(drawn)
     ok = judged.status == OK
     record: dict[str, Any] = {"kind": "logits", "order": order, "positions": n, "judged": int(ok.sum()),
@@ -107,18 +108,23 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
         tag = f"{int(seeds[i])}:{i}" if seeds is not None and int(seeds[i]) >= 0 else None
         draws.append([key, int(slots[min(slot, len(slots) - 1)]), tag, float(judged.u[i])])
     record["draws"], record["distributions"] = draws, distributions
-    sample = large[np.linspace(0, len(large) - 1, min(len(large), MOMENT_SAMPLE)).astype(int)] if len(large) else large
+    moment_rows = np.concatenate([large, irregular]).astype(np.int64)  # typical sampling's positions too
+    sample = (moment_rows[np.linspace(0, len(moment_rows) - 1, min(len(moment_rows), MOMENT_SAMPLE)).astype(int)]
+              if len(moment_rows) else moment_rows)
     if len(sample):
         rows = []
         for i in sample:
+            if int(i) in warped.kept_probs:
+                rows.append(-np.sort(-warped.kept_probs[int(i)]))
+                continue
             values = -np.sort(-logits[i].astype(np.float64))[:judged.kept[i]]
             rows.append(_distribution(values, float(settings.temperature[i]))[0])
         padded = np.zeros((len(rows), max(len(r) for r in rows)))
         for j, r in enumerate(rows):
             padded[j, :len(r)] = r
-        # moments summed over the sample, scaled to every large position
-        record["moments"] = {"n": int(len(large)),
-                             "sums": (temperature_moments(padded) * (len(large) / len(sample))).tolist()}
+        # moments summed over the sample, scaled to every position of the PIT part
+        record["moments"] = {"n": int(len(moment_rows)),
+                             "sums": (temperature_moments(padded) * (len(moment_rows) / len(sample))).tolist()}
     return record
 
 
