@@ -110,7 +110,11 @@ def _print_help() -> None:
     width = min(80, shutil.get_terminal_size((80, 24)).columns)
     lines = ["Usage: ikdata [OPTIONS] COMMAND [ARGS]...", "",
              *textwrap.wrap(HELP, width - 2, initial_indent="  ", subsequent_indent="  "), "", "Options:"]
-    options = (("-V, --version", "Print the version and exit."), ("--help", "Show this message and exit."))
+    options = (("-V, --version", "Print the version and exit."),
+               ("--install-completion", "Install completion for the current shell."),
+               ("--show-completion", "Show completion for the current shell, to copy it or customize the "
+                                     "installation."),
+               ("-h, --help", "Show this message and exit."))
     rows = [(name, summary) for name, (_, summary) in COMMANDS.items()]
     first = max(len(n) for n, _ in (*options, *rows)) + 4
     for title, entries in (("Options:", options), ("Commands:", rows)):
@@ -124,12 +128,40 @@ def _print_help() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the console script."""
-    args = sys.argv[1:] if argv is None else argv
+    """Entry point of the console script. A reader that closes the pipe early (``ikdata ls DS | head``)
+    ends the command quietly with exit 0: to stop reading is not a problem."""
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen below
+    except BrokenPipeError:
+        _stdout_closed()
+        sys.exit(0)
+    except SystemExit:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _stdout_closed()
+            sys.exit(0)
+        raise
+
+
+def _stdout_closed() -> None:
+    """Stdout on the null device: what is left in its buffer is dropped without a second error at exit."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (a test's capture)
+        pass
+
+
+def _main(args: list[str]) -> None:
     if args in (["--version"], ["-V"]):
         sys.stdout.write(f"ikdata {__version__}\n")
         return
-    if args == ["--help"]:
+    if args in (["--help"], ["-h"]):
         _print_help()
         return
     named = next((a for a in args if not a.startswith("-")), None)

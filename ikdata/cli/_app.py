@@ -1,5 +1,6 @@
 """The typer app behind ``ikdata`` (:mod:`ikdata.cli` loads it only when a command runs): error translation,
-help that reads at 80 columns, ``--version``."""
+help that reads at 80 columns and ends with the command's exit codes, ``-h``, ``--version``, shell completion,
+and a quiet end when the reader of stdout goes away (``ikdata ls DS | head``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from ikdata._version import __version__
-from ikdata.cli import HELP, _summary
+from ikdata.cli import HELP, _stdout_closed, _summary
 from ikdata.cli._read import print_error
 from ikdata.core.errors import IkdataError
 
@@ -65,11 +66,51 @@ class _CleanArgument:
         return None
 
 
+# What exit 1 means, per command (the default: problems found); 0 and 2 mean the same everywhere.
+_EXIT_ONE = {
+    "init": "the folder could not be written",
+    "validate": "problems found (each is listed)",
+    "ls": "a line could not be read (named on stderr)",
+    "show": "the folder holds no dataset, or a line could not be read",
+    "stats": "a line could not be read (the figures leave it out)",
+    "repair": "something found could not be finished (the notes say what)",
+    "manifest": "the manifest could not be written",
+    "capture": "nothing asked for could be captured, or a captured call was lost; "
+               "when the program fails, its own exit status",
+    "index": "the index could not be written, or a row file was refused",
+    "import": "refused (nothing was written): SRC has problems, a conflict, or a re-judged verdict failed",
+    "lineage": "the folder holds no dataset, or a record could not be read",
+    "diff": "a folder holds no dataset, or a record could not be read",
+    "gc": "a blob could not be deleted",
+    "noise": "the noise could not be drawn or saved",
+    "pack": "a blob was left loose (each is named)",
+    "unpack": "a blob could not be written back",
+    "push": "the remote refused or a transfer failed (its manifest is left as it was)",
+    "pull": "a blob did not verify or the merge was refused (PATH is left as it was)",
+    "clone": "a blob did not verify or the copy failed (no folder is left behind)",
+    "replay": "a case failed or could not run",
+    "replay-combine": "a case of the combined report did not pass",
+    "report": "the report could not be read or the page written",
+}
+EXIT_CODES_TITLE = "Exit codes:"
+
+
+def exit_codes(name: str) -> str:
+    """The help's last paragraph: what 0, 1 and 2 mean for command ``name``."""
+    import textwrap
+
+    one = textwrap.wrap(_EXIT_ONE.get(name, "problems found (named on stderr)"), 70)
+    return "\n".join(["\b", EXIT_CODES_TITLE, "  0  done, nothing wrong", f"  1  {one[0]}",
+                      *(f"     {line}" for line in one[1:]), "  2  usage error: a wrong option or argument, no such folder or workload"])
+
+
 class _Group(TyperGroup):
     def get_command(self, ctx, cmd_name):  # type: ignore[override]
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             _clean_metavars(command)
+            if EXIT_CODES_TITLE not in (command.epilog or ""):
+                command.epilog = ((command.epilog or "").rstrip() + "\n\n" + exit_codes(cmd_name)).lstrip()
         return command
 
     def format_commands(self, ctx, formatter) -> None:  # type: ignore[override]
@@ -87,6 +128,9 @@ class _Group(TyperGroup):
     def invoke(self, ctx):  # type: ignore[override]
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader went away (``| head``): not a problem, nothing to say
+            _stdout_closed()  # so nothing flushed later fails again ("Exception ignored ..." at exit)
+            raise typer.Exit(0) from None
         except IkdataError as exc:
             if os.environ.get("IKDATA_DEBUG"):
                 raise
@@ -108,7 +152,10 @@ def _show_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-app = typer.Typer(name="ikdata", cls=_Group, no_args_is_help=True, add_completion=False,
+# -h as well as --help, on every command (click passes help_option_names down to each command's context);
+# add_completion: typer's --install-completion and --show-completion (bash, zsh, fish, PowerShell).
+app = typer.Typer(name="ikdata", cls=_Group, no_args_is_help=True, add_completion=True,
+                   context_settings={"help_option_names": ["-h", "--help"]},
                    pretty_exceptions_enable=False, rich_markup_mode=None, help=HELP)
 
 

@@ -94,6 +94,8 @@ def run(command: str, args: list[str]) -> int | None:
             raise
         _read.print_error(str(exc))
         return exc.exit_code
+    except BrokenPipeError:  # the reader went away (``| head``): main() ends quietly
+        raise
     except OSError as exc:
         if os.environ.get("IKDATA_DEBUG"):
             raise

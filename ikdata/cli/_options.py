@@ -49,7 +49,9 @@ DatasetArg = Annotated[str, typer.Argument(help="Dataset folder.", show_default=
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (problems and progress "
                                                        "go to stderr).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print no result and no progress; the exit code "
-                                                                "says it (problems still go to stderr).")]
+                                                                "says it (problems still go to stderr); with --json, "
+                                                                "the JSON document is printed (--json wins over "
+                                                                "--quiet).")]
 DefinitionsOpt = Annotated[Optional[list[Path]], typer.Option(
     "--definitions", metavar="DIR", help="Extra folder of definitions (repeatable); definitions you name are "
     "trusted.")]

@@ -8,6 +8,8 @@ The rules, the same for every command (each builds an :class:`Output` from its o
   parses. (``validate`` is the one command whose result *is* its problem list: in human mode
   it prints them on stdout, in ``--json`` inside the document.)
 - Exit 1 whenever problems were found (:meth:`Output.exit`), 0 when clean; 2 is a usage error.
+- A table is boxed on a terminal and plain columns elsewhere (a pipe, a file): rows are never wrapped.
+- A reader that closes the pipe early (``| head``) ends the command quietly, exit 0 (:func:`ikdata.cli.main`).
 - Progress (:meth:`Output.progress`): a bar on a terminal, a line every few seconds on stderr
   otherwise (``IKDATA_PROGRESS_INTERVAL`` seconds, default 5), nothing with ``--quiet``.
 - Human text never carries a record's control characters to the terminal (:func:`terminal_safe`):
@@ -58,8 +60,17 @@ def _console(name: str) -> "Console":
     if name not in _CONSOLES:
         from rich.console import Console
 
-        _CONSOLES[name] = Console(stderr=name == "err_console", highlight=False, soft_wrap=True)
+        console = Console(stderr=name == "err_console", highlight=False, soft_wrap=True)
+        console.on_broken_pipe = _reader_gone  # rich would exit 1; cli.main ends quietly with 0
+        _CONSOLES[name] = console
     return _CONSOLES[name]
+
+
+def _reader_gone() -> None:
+    """The reader of our output went away (``| head``): let the entry point end the command quietly."""
+    import errno
+
+    raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
 
 
 def __getattr__(name: str) -> Any:
@@ -169,6 +180,11 @@ def emit_json_lines(records: Iterable[Any]) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table on stdout: boxed and fitted to a terminal; plain columns, never wrapped or cut, anywhere else
+    (a pipe or a file), so ``ikdata ls DS | grep`` and ``awk`` see each row whole on one line."""
+    if not _is_terminal():
+        _plain_table(title, columns, rows)
+        return
     from rich.table import Table
 
     t = Table(title=cell(title), title_justify="left")
@@ -177,6 +193,26 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     for row in rows:
         t.add_row(*(cell(c) for c in row))
     _console("console").print(t)
+
+
+def _is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # no stdout, or a closed one
+        return False
+
+
+def _plain_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """The title line, then the header and one line per row, columns padded with spaces to line up."""
+    def text(value: Any) -> str:
+        return terminal_safe(value).replace("\t", "\\t").replace("\n", "\\n")
+
+    lines = [[text(c) for c in columns], *([text(c) for c in row] for row in rows)]
+    widths = [max(len(line[i]) for line in lines if i < len(line)) for i in range(len(columns))]
+    write = sys.stdout.write
+    write(text(title) + "\n")
+    for line in lines:
+        write("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n")
 
 
 def problems(found: Sequence[Problem], *, to_stdout: bool = False, label: str = "") -> None:

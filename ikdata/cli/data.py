@@ -19,8 +19,46 @@ Examples:
   ikdata validate seed-capture --definitions seed/definitions --json
 """
 
+INIT_EXAMPLES = """
+\b
+Examples:
+  ikdata init shared/gemm --name gemm --description "nightly GEMMs"
+  ikdata init runs/empty --json
+"""
+LS_EXAMPLES = """
+\b
+Examples:
+  ikdata ls runs/minilm
+  ikdata ls runs/minilm --definition gemm_n384_k384 | grep M=8
+  ikdata ls s3://team-bucket/datasets/gemm --json
+"""
+SHOW_EXAMPLES = """
+\b
+Examples:
+  ikdata show runs/minilm 3f2a9c
+  ikdata show runs/minilm 3f2a9c --json
+  ikdata show runs/flux 8be1c2:4   (the workloads of step 4 of a trajectory)
+"""
+STATS_EXAMPLES = """
+\b
+Examples:
+  ikdata stats shared/gemm
+  ikdata stats hf://datasets/acme/gemm-captures --json
+"""
+REPAIR_EXAMPLES = """
+\b
+Examples:
+  ikdata repair shared/gemm
+  ikdata repair shared/gemm --json
+"""
+MANIFEST_EXAMPLES = """
+\b
+Examples:
+  ikdata manifest shared/gemm   (after adding or editing a file by hand)
+"""
 
-@app.command()
+
+@app.command(epilog=INIT_EXAMPLES)
 def init(path: DatasetArg, name: Annotated[Optional[str], typer.Option(help="Dataset name.")] = None,
          description: Annotated[Optional[str], typer.Option(help="One-line description.")] = None,
          json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
@@ -73,7 +111,7 @@ def validate(ctx: typer.Context, path: DatasetOrUrlArg,
     o.exit(not report.ok)
 
 
-@app.command("ls")
+@app.command("ls", epilog=LS_EXAMPLES)
 def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annotated[Optional[str], typer.Option(
         "--definition", help="Only this definition's workloads.")] = None,
         definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False,
@@ -86,7 +124,7 @@ def list_workloads(ctx: typer.Context, path: DatasetOrUrlArg, definition: Annota
     o.exit(code=_read.ls(ds, definition, o))
 
 
-@app.command()
+@app.command(epilog=SHOW_EXAMPLES)
 def show(ctx: typer.Context, path: DatasetOrUrlArg, uuid: Annotated[str, typer.Argument(
         help="Workload uuid (a unique prefix is enough), trajectory id, or TRAJECTORY:STEP[:STREAM] as lineage "
         "takes it.", metavar="KEY")],
@@ -100,7 +138,7 @@ def show(ctx: typer.Context, path: DatasetOrUrlArg, uuid: Annotated[str, typer.A
     o.exit(code=_read.show(ds, uuid, o))
 
 
-@app.command()
+@app.command(epilog=STATS_EXAMPLES)
 def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt = None,
           json_: JsonOpt = False, quiet: QuietOpt = False, endpoint_url: EndpointOpt = None,
           profile: ProfileOpt = None) -> None:
@@ -115,7 +153,7 @@ def stats(ctx: typer.Context, path: DatasetOrUrlArg, definitions: DefinitionsOpt
     o.exit(code=_read.stats(ds, str(path), o))
 
 
-@app.command()
+@app.command(epilog=REPAIR_EXAMPLES)
 def repair(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Finish every killed writer (import, capture, replay, gc); set aside torn lines and orphaned receipts."""
     from ikdata.core.dataset import require_dataset
@@ -143,7 +181,7 @@ def repair(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) ->
     o.exit(not report.ok)  # 1 when something found could not be finished (the notes say what)
 
 
-@app.command("manifest")
+@app.command("manifest", epilog=MANIFEST_EXAMPLES)
 def manifest_cmd(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Rebuild the manifest from the files (after editing by hand) and print the dataset id."""
     from ikdata.core import manifest as manifest_mod

@@ -10,8 +10,15 @@ from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import DatasetArg, JsonOpt, QuietOpt
 
+INDEX_EXAMPLES = """
+\b
+Examples:
+  ikdata index shared/gemm
+  ikdata index shared/gemm --refresh --json
+"""
 
-@app.command()
+
+@app.command(epilog=INDEX_EXAMPLES)
 def index(path: DatasetArg, json_: JsonOpt = False,
           refresh: Annotated[bool, typer.Option("--refresh", help="Update it instead of rebuilding.")] = False,
           quiet: QuietOpt = False) -> None:

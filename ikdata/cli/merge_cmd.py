@@ -143,7 +143,21 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
     o.exit(code=_read.lineage(path, key, dot, o))
 
 
-@app.command("diff")
+DIFF_EXAMPLES = """
+\b
+Examples:
+  ikdata diff shared/gemm-monday shared/gemm
+  ikdata diff runs/host-a runs/host-b --json
+"""
+GC_EXAMPLES = """
+\b
+Examples:
+  ikdata gc shared/gemm --dry-run
+  ikdata gc shared/gemm --grace 0
+"""
+
+
+@app.command("diff", epilog=DIFF_EXAMPLES)
 def diff_(a: Annotated[str, typer.Argument(help="Dataset A (before).", metavar="A", show_default=False)],
           b: Annotated[str, typer.Argument(help="Dataset B (after).", metavar="B", show_default=False)],
           json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
@@ -181,7 +195,7 @@ def diff_(a: Annotated[str, typer.Argument(help="Dataset A (before).", metavar="
             out.info(f"definition {label}: {name}")
 
 
-@app.command()
+@app.command(epilog=GC_EXAMPLES)
 def gc(path: DatasetArg,
        dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")] = False,
        grace: Annotated[float, typer.Option("--grace", help="Spare blobs younger than this many minutes.")] = 10.0,

@@ -10,8 +10,20 @@ from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import DatasetArg, JsonOpt, QuietOpt
 
+PACK_EXAMPLES = """
+\b
+Examples:
+  ikdata pack shared/gemm
+  ikdata pack shared/gemm --threshold 65536 --pack-bytes 134217728 --json
+"""
+UNPACK_EXAMPLES = """
+\b
+Examples:
+  ikdata unpack shared/gemm   (before handing the folder to flashinfer-bench)
+"""
 
-@app.command()
+
+@app.command(epilog=PACK_EXAMPLES)
 def pack(path: DatasetArg,
          threshold: Annotated[int, typer.Option("--threshold", help="Pack loose blobs smaller than this many "
                                                 "bytes.")] = 1 << 20,
@@ -33,7 +45,7 @@ def pack(path: DatasetArg,
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=UNPACK_EXAMPLES)
 def unpack(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """Write every packed blob back as a loose file and remove the packs (flashinfer-bench reads only loose blobs)."""
     from ikdata.core.dataset import require_dataset
