@@ -101,7 +101,8 @@ def exit_codes(name: str) -> str:
 
     one = textwrap.wrap(_EXIT_ONE.get(name, "problems found (named on stderr)"), 70)
     return "\n".join(["\b", EXIT_CODES_TITLE, "  0  done, nothing wrong", f"  1  {one[0]}",
-                      *(f"     {line}" for line in one[1:]), "  2  usage error: a wrong option or argument, no such folder or workload"])
+                      *(f"     {line}" for line in one[1:]),
+                      "  2  usage error: a wrong option or argument, no such folder or workload"])
 
 
 class _Group(TyperGroup):

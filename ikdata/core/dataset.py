@@ -396,9 +396,31 @@ class Dataset:
         names = list(definition.inputs) if definition else list(row.inputs)
         return {name: self.load_input(row.inputs[name], device=device) for name in names if name in row.inputs}
 
-    def load_expected(self, receipt: Receipt, *, device: str = "cpu") -> dict[str, Any]:
-        """The outputs the engine produced, as recorded by the receipt."""
+    def load_expected(self, record: Receipt | WorkloadRow, *, device: str = "cpu") -> dict[str, Any]:
+        """The outputs the engine produced for a workload: given its receipt, or its row (then its receipt,
+        :meth:`receipt_of`). Raises RecordError for a row without a receipt (nothing was recorded)."""
+        receipt = record if isinstance(record, Receipt) else self.receipt_of(record)
         return {name: self.load_input(d, device=device) for name, d in receipt.expected_output.items()}
+
+    def receipt_of(self, row: WorkloadRow) -> Receipt:
+        """The receipt of a workload row: its first, as every reader keeps (:mod:`ikdata.core.repeats`). The
+        receipts are read once per Dataset, on the first call."""
+        if not isinstance(row, WorkloadRow):
+            raise UsageError(f"expected a WorkloadRow (from ds.workloads()) or a Receipt (from ds.receipts()), "
+                             f"got {type(row).__name__}")
+        receipt = self._first_receipts.get(row.uuid)
+        if receipt is None:
+            raise RecordError(f"workload {row.uuid} ({row.definition}) has no receipt in {self.root}, so no "
+                              "output was recorded for it (FlashInfer Trace rows have none)",
+                              path=row.source or None, line=row.line or None)
+        return receipt
+
+    @functools.cached_property
+    def _first_receipts(self) -> dict[str, Receipt]:
+        first: dict[str, Receipt] = {}
+        for receipt in self.receipts():
+            first.setdefault(receipt.uuid, receipt)
+        return first
 
 
 def open(path: str | os.PathLike, *, definitions: Iterable[str | os.PathLike] = ()) -> Dataset:  # noqa: A001

@@ -365,7 +365,8 @@ def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = Non
         found.append("a gc was killed mid-deletion")
     state = manifest_state(root) if manifest_stale is not False else ManifestState(False)
     if state.can_roll_forward:
-        found.append(f"{manifest.MANIFEST} does not yet list what a capture, replay or gc wrote after it"
+        found.append(f"{manifest.MANIFEST} does not yet list what a capture, replay, gc or a DatasetWriter "
+                     "(before its commit()) wrote after it"
                      if (root / manifest.MANIFEST).exists() else f"the dataset has no {manifest.MANIFEST}")
     return found
 

@@ -254,7 +254,8 @@ def check_manifest(ds: Any) -> list[Problem]:
             problems.append(Problem(MANIFEST, f"lists {path}, which does not exist", pointer=f"/files/{path}",
                                     code="manifest"))
         elif path not in listed:
-            problems.append(Problem(MANIFEST, f"does not list {path}; {rebuild} after changing files by hand",
+            problems.append(Problem(MANIFEST, f"does not list {path}; call commit() on the DatasetWriter that "
+                                    f"added it, or {rebuild} after changing files by hand",
                                     pointer="/files", code="manifest"))
         elif listed[path] != present[path]:
             problems.append(Problem(MANIFEST, f"digest of {path} is {present[path]}, manifest says {listed[path]}",
