@@ -95,6 +95,8 @@ def push(path: LocalArg, url: UrlArg,
     if result.trusted_by_size:
         out.info(f"{url}: this backend cannot check those {len(result.trusted_by_size)} object(s) cheaply; "
                  f"'ikdata validate --deep {url}' rehashes what the remote holds")
+    for line in result.cache_ignored:
+        out.info(f"{url}: {line}")
 
 
 @app.command(epilog=PULL_EXAMPLES)

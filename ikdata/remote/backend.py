@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,17 @@ class Backend:
         self.remote = remote
         self.url = remote.url
 
+    @property
+    def identity(self) -> str:
+        """What names this remote among all remotes (protocol, endpoint, bucket or repository, path): the key
+        under which caches of its state live, so one remote's entries never answer for another."""
+        return f"{self.remote.protocol}:{self.remote.path}"
+
+    def listed_checksum_matches(self, rel: str, data: bytes) -> bool | None:
+        """Whether the last listing's checksum of ``rel`` (an S3 ETag that is an MD5, a Hub content id) says
+        the remote holds exactly ``data``; None when the listing gave none (then only a read can tell)."""
+        return None
+
     def prepare_push(self) -> None:
         """Make the remote ready to receive (create a folder or a Hub repo); S3 buckets must exist.
 
@@ -244,6 +256,7 @@ class Backend:
         return RemoteError(message, url=self.url)
 
 
+_MD5_RE = re.compile(r"[0-9a-f]{32}")
 _REMOTE_NAMES = {MANIFEST, "blob", "files", REMOTE_MARKER, ".ikdata-publish.lock"}  # what a remote folder holds
 
 # Publishes to memory:// remotes are serialised by this lock: the memory filesystem is one
@@ -261,6 +274,17 @@ class FsspecBackend(Backend):
 
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
+
+    @property
+    def identity(self) -> str:
+        root = os.path.realpath(self.root) if self.remote.protocol == "file" else self.root
+        return f"{self.remote.protocol}:{root}"
+
+    def listed_checksum_matches(self, rel: str, data: bytes) -> bool | None:
+        etag = self.etags.get(rel, "").lower()
+        if not _MD5_RE.fullmatch(etag):
+            return None  # no listing checksum, or a multipart ETag (not the MD5 of the bytes)
+        return hashlib.md5(data, usedforsecurity=False).hexdigest() == etag
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:

@@ -50,6 +50,20 @@ class HubBackend(Backend):
     def _path(self, rel: str) -> str:
         return f"{self.sub}/{rel}" if self.sub else rel
 
+    @property
+    def identity(self) -> str:
+        return f"hf:{self.endpoint}:{self.repo_type}:{self.repo_id}@{self.revision}/{self.sub}"
+
+    def listed_checksum_matches(self, rel: str, data: bytes) -> bool | None:
+        blob_id, lfs_sha256 = self.content_ids.get(rel, (None, None))
+        if lfs_sha256:
+            return hashlib.sha256(data).hexdigest() == lfs_sha256
+        if blob_id:
+            git = hashlib.sha1(f"blob {len(data)}\0".encode(), usedforsecurity=False)
+            git.update(data)
+            return git.hexdigest() == blob_id
+        return None
+
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Iterable
 import orjson
 
 from ikdata.core.digest import tensor_digest
+from ikdata.core.faults import checkpoint
 from ikdata.core.packs import (INDEX_SUFFIX, PACK_DIR, PACK_SUFFIX, PackedBlob, PackError, PackItem, index_blobs, index_from_pack,
                                parse_index)
 from ikdata.core.safetensors_format import encode_header
@@ -51,22 +53,82 @@ def cache_dir() -> Path:
     return Path(folder)
 
 
+CACHE_FORMAT = "ikdata-remote-index-cache/1"
+_PACK_NAME = _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX32, _HEX40 = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{40}")
+
+
 class IndexCache:
-    """Remote pack indexes seen before, by pack digest (a pack's name is the sha256 of its bytes, so an
-    index read once describes that pack wherever it is). Only a cache: unreadable entries are ignored."""
+    """Pack indexes a remote served before: a hint that spares a GET, never evidence of what a remote holds.
+
+    Entries live per remote (``pack-indexes/<sha256 of the remote's identity>/<pack>.index.json``) and
+    record the remote and the index path they came from with the index's exact bytes. An entry is used
+    only when it is this remote's and the remote's own listing says it still serves exactly those bytes
+    (the S3 ETag, the Hub's content id: :meth:`Backend.listed_checksum_matches`); where the listing gives no
+    checksum (folders, memory) the index is read from the remote. A damaged or foreign entry is named in
+    :attr:`ignored` and ignored.
+    """
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.folder = (folder or cache_dir()) / "pack-indexes"
+        self.root = (folder or cache_dir()) / "pack-indexes"
+        self.ignored: dict[str, str] = {}  # cache entry path -> why it was not used
 
-    def get(self, rel: str) -> dict | None:
+    def _entry(self, backend: Backend, rel: str) -> Path | None:
+        stem = os.path.basename(rel)[:-len(INDEX_SUFFIX)] if rel.endswith(INDEX_SUFFIX) else ""
+        if not _PACK_NAME.fullmatch(stem):
+            return None  # only indexes of packs named by their sha256 are cached
+        remote = hashlib.sha256(backend.identity.encode()).hexdigest()[:32]
+        return self.root / remote / f"{stem}{INDEX_SUFFIX}"
+
+    def get(self, backend: Backend, rel: str, size: int | None) -> tuple[dict, bytes] | None:
+        """The cached index of ``rel`` on this remote, when the remote's listing (``size``, its checksum)
+        says it serves these very bytes; else None (and a damaged or foreign entry named in :attr:`ignored`)."""
+        entry = self._entry(backend, rel)
+        if entry is None:
+            return None
         try:
-            return parse_index((self.folder / os.path.basename(rel)).read_bytes(), rel)
-        except (OSError, PackError):
+            raw = entry.read_bytes()
+        except OSError:
+            return None
+        try:
+            record = orjson.loads(raw)
+            if not (isinstance(record, dict) and record.get("format") == CACHE_FORMAT
+                    and isinstance(record.get("remote"), str) and isinstance(record.get("index"), str)
+                    and isinstance(record.get("data"), str)):
+                raise ValueError("not a cache entry of this ikdata")
+            data = record["data"].encode()
+            if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+                raise ValueError("its bytes do not hash to the sha256 it records (damaged)")
+        except (orjson.JSONDecodeError, ValueError, UnicodeError) as exc:
+            self.ignored[str(entry)] = f"damaged cache entry, ignored: {exc}"
+            return None
+        if record["remote"] != backend.identity or record["index"] != rel:
+            self.ignored[str(entry)] = (f"foreign cache entry, ignored: it is {record['index']} of "
+                                        f"{record['remote']}, not {rel} of {backend.identity}")
+            return None
+        if size != len(data) or backend.listed_checksum_matches(rel, data) is not True:
+            return None  # the remote serves other bytes now, or its listing cannot tell: read it
+        try:
+            return parse_index(data, rel), data
+        except PackError as exc:
+            self.ignored[str(entry)] = f"damaged cache entry, ignored: {exc}"
             return None
 
-    def put(self, rel: str, data: bytes) -> None:
+    def put(self, backend: Backend, rel: str, data: bytes) -> None:
+        """Remember the index bytes this remote served (or was sent) for ``rel``; an unwritable cache only costs
+        a request next time."""
+        entry = self._entry(backend, rel)
+        if entry is None:
+            return
         try:
-            write_atomic(self.folder / os.path.basename(rel), [data])
+            text = data.decode()
+        except UnicodeDecodeError:
+            return
+        record = {"format": CACHE_FORMAT, "remote": backend.identity, "index": rel,
+                  "sha256": hashlib.sha256(data).hexdigest(), "data": text}
+        try:
+            write_atomic(entry, [orjson.dumps(record)])
+            checkpoint("index-cache-written")
         except Exception:  # an unwritable cache only costs a request next time
             pass
 
@@ -75,7 +137,10 @@ class ChecksumCache:
     """Transport checksums of objects named by the sha256 of their bytes (packs): the MD5 (S3's ETag of a
     one-PUT object) and the git blob id (the Hub's id of a regular file). Facts about the bytes, so a
     listing can be checked against them without reading a local copy (push does not keep the packs it
-    builds)."""
+    builds). Only push writes them, computed here from the bytes of a pack it built (whose name is their
+    sha256); no remote's word ever enters, so they hold for every remote. They decide nothing alone: a
+    remote object is taken as that pack only when the remote's own listing shows the same checksum.
+    Lines that are torn or not three hex checksums are skipped."""
 
     _lock = threading.Lock()
 
@@ -89,8 +154,8 @@ class ChecksumCache:
                     sha256, md5, git = orjson.loads(line)
                 except (orjson.JSONDecodeError, ValueError, TypeError):
                     continue
-                if isinstance(sha256, str) and isinstance(md5, str) and isinstance(git, str):
-                    self.known[sha256] = (md5, git)
+                if _HEX64.fullmatch(str(sha256)) and _HEX32.fullmatch(str(md5)) and _HEX40.fullmatch(str(git)):
+                    self.known[sha256] = (md5, git)  # a torn or foreign line is skipped
         except OSError:
             pass
 
@@ -113,6 +178,7 @@ class ChecksumCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._lock, open(self.path, "ab") as stream:
                 stream.write(b"".join(orjson.dumps(list(pair)) + b"\n" for pair in new))
+            checkpoint("checksum-cache-written")
         except OSError:
             pass
 
@@ -149,6 +215,7 @@ class RemotePacks:
     packs: dict[str, RemotePack] = field(default_factory=dict)
     members: dict[str, RemotePack] = field(default_factory=dict)  # tensor digest -> the first pack holding it
     damaged: dict[str, str] = field(default_factory=dict)  # pack or index path -> why it cannot be used
+    ignored: dict[str, str] = field(default_factory=dict)  # local cache entry -> why it was not used
 
     def drop(self, digest: str, why: str) -> None:
         """Stop relying on a pack (a check found its bytes wrong)."""
@@ -167,8 +234,13 @@ class RemotePacks:
 
 def find_remote_packs(backend: Backend, listed: dict[str, int], *, local_root: Path | None = None,
                       cache: IndexCache | None = None, jobs: int = DEFAULT_JOBS) -> RemotePacks:
-    """The packs a listing (``{path: size}`` of the remote) shows, each index read from the local dataset's copy,
-    the cache or the remote, checked against its schema and against the listed size of its pack."""
+    """The packs a listing (``{path: size}`` of the remote) shows, each index as the remote itself serves it,
+    checked against its schema and against the listed size of its pack.
+
+    An index is read from the remote unless the remote's listing (size and checksum) confirms that a copy at
+    hand holds its very bytes: the local dataset's copy of that pack's index, else this remote's cache entry
+    (:class:`IndexCache`). A copy is never taken on its name alone: what the remote holds decides.
+    """
     cache = cache or IndexCache()
     found = RemotePacks()
     indexes = sorted(rel for rel in listed if rel.startswith(PACKS_PREFIX) and rel.endswith(INDEX_SUFFIX)
@@ -180,13 +252,14 @@ def find_remote_packs(backend: Backend, listed: dict[str, int], *, local_root: P
         if local is not None and local.is_file() and not local.is_symlink():
             try:
                 data = local.read_bytes()
-                documents[rel] = (parse_index(data, rel), data)
-                continue
+                if len(data) == listed[rel] and backend.listed_checksum_matches(rel, data) is True:
+                    documents[rel] = (parse_index(data, rel), data)
+                    continue
             except (OSError, PackError):
                 pass
-        document = cache.get(rel)
-        if document is not None:
-            documents[rel] = (document, orjson.dumps(document) + b"\n")
+        got = cache.get(backend, rel, listed[rel])
+        if got is not None:
+            documents[rel] = got
             continue
         fetch.append(rel)
 
@@ -198,7 +271,8 @@ def find_remote_packs(backend: Backend, listed: dict[str, int], *, local_root: P
             return str(exc).split(": ", 1)[-1]
         except Exception as exc:  # a remote error reading it: the pack is not relied on
             return str(exc)
-        cache.put(rel, data)
+        if backend.listed_checksum_matches(rel, data) is True:  # only what a later listing can confirm is kept
+            cache.put(backend, rel, data)
         return document, data
 
     for rel, got in zip(fetch, run_parallel("download", fetch, read, size_of=lambda _: 0, jobs=jobs)):
@@ -223,6 +297,7 @@ def find_remote_packs(backend: Backend, listed: dict[str, int], *, local_root: P
         found.packs[stem] = remote
         for member in members:
             found.members.setdefault(member.digest, remote)
+    found.ignored.update(cache.ignored)
     return found
 
 

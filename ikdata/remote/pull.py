@@ -230,6 +230,9 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
         damaged = "".join(f"; {rel} {why}" for rel, why in sorted(remote.damaged.items()))
         messages.append(f"{len(missing)} blob(s) are missing on the remote: {_names(missing)}"
                         + (f" (damaged remote packs, not used{damaged})" if damaged else ""))
+        if remote.ignored:
+            messages.append("cache entries ignored: " + "; ".join(f"{path} ({why})" for path, why
+                                                                  in sorted(remote.ignored.items())))
     if corrupted:
         messages.append(f"{len(corrupted)} blob(s) do not match their digest and were refused (nothing of them "
                         f"was kept): {_names([f'{rel} ({why})' for rel, why in corrupted])}")

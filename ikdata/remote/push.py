@@ -58,6 +58,8 @@ class PushResult:
         repaired: remote objects sent again because they were damaged, or missing although the
             remote's manifest already named them.
         packs_sent: packs uploaded (each with its index); ``blobs_sent`` counts the blobs in them too.
+        cache_ignored: entries of the per-user cache of remote pack indexes that were damaged or not this
+            remote's ("path: why"); they were ignored (a cache is a hint, never evidence).
     """
 
     url: str
@@ -73,6 +75,7 @@ class PushResult:
     trusted_by_size: tuple[str, ...] = field(default_factory=tuple)
     repaired: tuple[str, ...] = field(default_factory=tuple)
     packs_sent: int = 0
+    cache_ignored: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def objects_checked(self) -> int:
@@ -84,7 +87,8 @@ class PushResult:
                 "blobs_sent": self.blobs_sent, "bytes_sent": self.bytes_sent, "files_sent": self.files_sent,
                 "blobs_present": self.blobs_present, "attempts": self.attempts, "merged": list(self.merged),
                 "checked": dict(self.checked), "trusted_by_size": list(self.trusted_by_size),
-                "repaired": list(self.repaired), "packs_sent": self.packs_sent}
+                "repaired": list(self.repaired), "packs_sent": self.packs_sent,
+                "cache_ignored": list(self.cache_ignored)}
 
 
 def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
@@ -151,6 +155,7 @@ def push(root: str | os.PathLike, url: str, *, options: RemoteOptions | None = N
             details = {"checked": dict(sorted(check.counts.items())), "trusted_by_size": tuple(check.trusted),
                        "repaired": tuple(repaired)}
             details["packs_sent"] = packs_sent
+            details["cache_ignored"] = tuple(f"{path}: {why}" for path, why in sorted(blobs.cache_ignored.items()))
             if remote_id == local.dataset_id:
                 return PushResult(url, local.dataset_id, False, sent, bytes_sent, files_sent, blobs.present, attempt,
                                   tuple(merged), **details)
@@ -175,6 +180,7 @@ class _Sent:
     missing: list[str] = field(default_factory=list)
     check: RemoteCheck = field(default_factory=RemoteCheck)
     packs: int = 0
+    cache_ignored: dict[str, str] = field(default_factory=dict)  # local cache entries not used, and why
 
 
 @dataclass(frozen=True)
@@ -191,8 +197,9 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int, progress: Pro
                 listed: dict[str, int], packing: _Packing) -> _Sent:
     """Send the blobs the remote lacks: the local packs holding most of them as they are (pack, then
     index), the other small ones in new packs, the large ones (and all, without packing) loose."""
-    remote = find_remote_packs(backend, listed, local_root=local.root, jobs=jobs) if packing.enabled or any(
-        rel.startswith(PACKS_PREFIX) for rel in listed) else RemotePacks()
+    index_cache = IndexCache()
+    remote = find_remote_packs(backend, listed, local_root=local.root, cache=index_cache, jobs=jobs) \
+        if packing.enabled or any(rel.startswith(PACKS_PREFIX) for rel in listed) else RemotePacks()
     mine = cached_packs(local.root)
     relied = [Relied(rel, _local_bytes(local, rel)) for rel, size in sorted(local.blobs.items())
               if digest_from_path(rel) not in remote.members and listed.get(rel) == size]
@@ -213,12 +220,11 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int, progress: Pro
         for pack_rel, index_rel, count in whole:
             pack_uploads.append(Upload(pack_rel, local.root / pack_rel, (local.root / pack_rel).stat().st_size, count))
             index_uploads.append(Upload(index_rel, local.root / index_rel, (local.root / index_rel).stat().st_size, 0))
-        index_cache = IndexCache()
         for (pack_rel, index_rel), count in zip(built, counts):
             root = Path(holder.name)
             packing.checksums.note(*hashes_of(root / pack_rel))
             data = (root / index_rel).read_bytes()
-            index_cache.put(index_rel, data)  # the next push knows what this pack holds without a request
+            index_cache.put(backend, index_rel, data)  # a hint for the next push, confirmed by its listing
             pack_uploads.append(Upload(pack_rel, root / pack_rel, (root / pack_rel).stat().st_size, count))
             index_uploads.append(Upload(index_rel, data, len(data), 0))
         loose_uploads = [u for rel in loose for u in [_loose_upload(local, rel)]]
@@ -230,7 +236,7 @@ def _send_blobs(backend: Backend, local: LocalSnapshot, jobs: int, progress: Pro
     checkpoint("blobs-sent")
     sent = len(resend)
     nbytes = sum(u.size for u in pack_uploads + loose_uploads + index_uploads)
-    return _Sent(sent, nbytes, len(local.blobs) - sent, missing, check, len(pack_uploads))
+    return _Sent(sent, nbytes, len(local.blobs) - sent, missing, check, len(pack_uploads), dict(remote.ignored))
 
 
 def _relied_pack(local: LocalSnapshot, remote: RemotePack, checksums: ChecksumCache) -> Relied:

@@ -78,6 +78,10 @@ class S3Backend(FsspecBackend):
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
+    @property
+    def identity(self) -> str:
+        return f"s3:{self.endpoint}:{self.bucket}/{self.prefix}"
+
     def translate(self, exc: Exception, what: str) -> RemoteError:
         code, text = _error_code(exc), str(exc)
         if code == "NoSuchBucket" or (isinstance(exc, FileNotFoundError) and "bucket" in text.lower()):
