@@ -9,8 +9,10 @@ pools every case of a definition:
 - draws of one distribution (one key) from at least :data:`TV_MIN_DRAWS` distinct seeds
   form a TV test; draws sharing a seed tag count once (a repeated seed repeats the draw);
 - every other judged draw joins one pooled PIT test;
-- each test runs at alpha / (number of tests) (Bonferroni), so a correct sampler fails a
-  definition with probability <= alpha;
+- per stratum of tokens a penalty touches (:mod:`ikdata.sampling.aimed`), an aimed test of how
+  many draws hit those tokens;
+- each test runs at alpha / (number of tests) (Bonferroni, stated in the verdict), so a correct
+  sampler fails a definition with probability <= alpha;
 - a case fails when one of its draws lies outside the kept set, or a test it joined
   fails; it is skipped when a test it joined is too small to judge (the report says how
   many draws are needed), or when every position was excluded; otherwise it passes.
@@ -27,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ikdata.sampling import aimed as aimed_tests
 from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, chi2_isf_even, legendre, ncx2_sf_even,
                                    pit_test, temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
@@ -57,6 +60,7 @@ class DefinitionVerdict:
     not_judged: list[str] = field(default_factory=list)  # what could not be judged, and what it would need
     not_checked: str | None = None  # positions under processors the definition accepts
     degenerate: str | None = None  # draws of one-token distributions: no test has power there
+    alpha_split: str | None = None  # how alpha is split over the tests (stated in the verdict)
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -74,6 +78,8 @@ class DefinitionVerdict:
             found["not_checked"] = self.not_checked
         if self.degenerate:
             found["degenerate"] = self.degenerate
+        if self.alpha_split:
+            found["alpha_split"] = self.alpha_split
         if verdict == "too_small" and not not_judged:
             found["not_judged"] = [self.degenerate or "no draw could be judged (every position excluded, "
                                    "greedy or degenerate)"]
@@ -95,8 +101,13 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
     joined: dict[str, set[str]] = {c["uuid"]: set() for c in cases}
     groups: dict[str, dict[str, tuple[int, float, str]]] = {}
     distributions: dict[str, list[float]] = {}
+    strata: dict[str, tuple[list[float], int, set[str]]] = {}
     for case in cases:
         record = case["sampling"]
+        for name, entry in sorted((record.get("aimed") or {}).items()):
+            ps, hits, members = strata.setdefault(name, ([], 0, set()))
+            ps.extend(float(v) for v in entry.get("p") or ())
+            strata[name] = (ps, hits + int(entry.get("hits", 0)), members | {case["uuid"]})
         pit = record.get("pit") or {}
         if pit.get("n"):
             sums += np.asarray(pit["sums"], np.float64)
@@ -142,8 +153,13 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
             got = temperature_moments(padded)
             moments = got if moments is None else moments + got
             n_moments += len(rows)
-    n_tests = (1 if n_pit else 0) + len(tv_keys)
+    aimed_names = [name for name in sorted(strata) if strata[name][0]]
+    n_tests = (1 if n_pit else 0) + len(tv_keys) + len(aimed_names)
     each = bonferroni(alpha, n_tests)
+    result.alpha_split = (f"alpha {alpha:g} split over {n_tests} test(s) (" + ", ".join(
+        part for part in (("pooled PIT" if n_pit else ""), (f"{len(tv_keys)} TV" if tv_keys else ""),
+                          (f"{len(aimed_names)} aimed: " + ", ".join(aimed_names) if aimed_names else ""))
+        if part) + f"): {each:.3g} each (Bonferroni)") if n_tests else None
     outcome: dict[str, dict[str, Any]] = {}
     if n_pit:
         found = pit_test(sums, n_pit, moments if moments is not None else np.zeros((1, 4)), n_moments,
@@ -167,6 +183,11 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
                                    "not judged" + (f"; about {need} draws would" if need else ""))
         found.update(key=key, counts=[int(v) for v in counts])
         outcome[f"tv:{key}"] = found
+    for name in aimed_names:
+        ps, hits, members = strata[name]
+        outcome[f"aimed:{name}"] = aimed_tests.aimed_test(name, ps, hits, alpha=each)
+        for uuid in members:
+            joined[uuid].add(f"aimed:{name}")
     result.tests = list(outcome.values())
     for case in cases:
         result.statuses[case["uuid"]] = _case_status(case, joined[case["uuid"]], outcome, alpha, each)
@@ -263,6 +284,8 @@ def tv_draws_needed(probs: np.ndarray, alpha: float, seed: int, n: int) -> int |
 
 def describe_test(test: Mapping[str, Any]) -> str:
     """One line saying what a pooled test found: n, statistic, p-value vs alpha, null, detectable shift."""
+    if test["test"] == "aimed":
+        return aimed_tests.describe(test)
     if test["test"] == "pit":
         shift = test.get("detectable_temperature_error")
         seen = f"detects a temperature error of {shift:.0%}" if shift else "cannot detect even a 50% temperature error"

@@ -171,7 +171,7 @@ def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[s
     n = record["positions"]
     return {**record, "judged": 0, "greedy": 0, "outside": 0, "outside_examples": [], "draws": [],
             "distributions": {}, "pit": {"n": 0, "sums": [0.0] * 4, "histogram": [0] * 10}, "moments": {},
-            "excluded": {"processor_accepted": n}, "not_checked": names}
+            "excluded": {"processor_accepted": n}, "not_checked": names, "aimed": {}}
 
 
 def execute_case(run: Any, row: Any, pending: Any) -> dict[str, Any]:
@@ -236,6 +236,8 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
                      f"({cases})")
         lines += [f"  {describe_test(t)}" for t in group.get("tests") or ()]
         lines += [f"  not judged: {why}" for why in group.get("not_judged") or ()]
+        if group.get("alpha_split"):
+            lines.append(f"  {group['alpha_split']}")
         if group.get("degenerate"):
             lines.append(f"  {group['degenerate']}")
         if group.get("not_checked"):

@@ -201,11 +201,12 @@ class Warped:
 
     ``irregular``: positions whose kept set is not a prefix by probability (typical sampling): they join
     the PIT test only; ``kept_probs``: position -> its final kept probabilities in descending order (every
-    position the warpers changed), for the power computation.
+    position the warpers changed) and their token ids, for the power computation and the aimed tests.
     """
 
     irregular: np.ndarray
     kept_probs: dict[int, np.ndarray]
+    kept_ids: dict[int, np.ndarray]  # position -> the kept token ids, in the order of kept_probs
 
 
 def _near(p: np.ndarray, threshold: float, slack: float) -> bool:
@@ -223,7 +224,7 @@ def apply_warpers(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.n
     probability within the tolerance of its cut is ``boundary``. The drawn token's u is recomputed over the
     final set in descending order of value.
     """
-    irregular, kept_probs = [], {}
+    irregular, kept_probs, kept_ids = [], {}, {}
     on = (extras.typical_p < 1) | (extras.epsilon > 0) | (extras.eta > 0)
     for i in np.flatnonzero(on & (judged.status == OK) & ~judged.greedy & ~judged.outside):
         t = float(settings.temperature[i])
@@ -266,7 +267,7 @@ def apply_warpers(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.n
         count = int(keep.sum())
         prefix = bool(keep[:count].all())
         q = _renormalised(values, keep, t)
-        kept_probs[int(i)] = q[keep]
+        kept_probs[int(i)], kept_ids[int(i)] = q[keep], order[keep]
         judged.kept[i] = count
         hit = np.flatnonzero(order == drawn[i])
         if not len(hit) or not keep[hit[0]]:
@@ -276,7 +277,7 @@ def apply_warpers(x: np.ndarray, settings: Settings, extras: Extras, drawn: np.n
         judged.u[i] = q[values > value].sum() + rng.random() * q[values == value].sum()
         if not prefix:
             irregular.append(i)
-    return Warped(np.asarray(irregular, np.int64), kept_probs)
+    return Warped(np.asarray(irregular, np.int64), kept_probs, kept_ids)
 
 
 def _renormalised(values: np.ndarray, keep: np.ndarray, temperature: float) -> np.ndarray:

@@ -12,7 +12,9 @@ same record, which :func:`ikdata.sampling.groups.decide` pools per definition:
 - ``moments``: temperature-error moments of (a sample of) those positions, for the power;
 - ``draws`` and ``distributions``: for positions with a small kept set, each draw as
   (distribution key, slot, seed tag, u) and the kept distribution itself (descending,
-  tied values merged), so that draws of one distribution can be tested together by TV.
+  tied values merged), so that draws of one distribution can be tested together by TV;
+- ``aimed``: per stratum of tokens a penalty touches (:mod:`ikdata.sampling.aimed`), each
+  position's mass of those tokens and how many draws hit them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
+from ikdata.sampling.aimed import strata
 from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
                                           judge_logits)
 from ikdata.sampling.pipeline import Extras, Warped, apply_warpers, process
@@ -57,7 +60,7 @@ def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn:
     HF's typical, epsilon and eta warpers left (positions whose kept set is not a prefix: PIT only)."""
     if extras is None:
         return logits, judge_logits(logits, settings, drawn, order=order, tol=tol, seed=seed), Warped(
-            np.zeros(0, np.int64), {})
+            np.zeros(0, np.int64), {}, {})
     x = process(logits, extras, "hf" if order == ANY else order)
     with np.errstate(invalid="ignore"):
         judged = judge_logits(x, settings, drawn, order=order, tol=tol, seed=seed)
@@ -93,6 +96,12 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     small = sampled[judged.kept[sampled] <= SMALL_KEPT]
     large = sampled[judged.kept[sampled] > SMALL_KEPT]
     record["pit"] = _pit_part(np.concatenate([judged.u[large], judged.u[irregular]]))
+    if extras is not None:
+        drawn_ok = ok & ~judged.greedy & ~judged.outside
+        found = strata(logits, settings.temperature, extras, np.asarray(drawn, np.int64), drawn_ok, judged.kept,
+                       warped.kept_ids, warped.kept_probs)
+        if found:
+            record["aimed"] = found  # the positions and tokens a penalty touches, tested on their own
     draws, distributions = [], {}
     vocab = logits.shape[1]
     width = min(vocab, SMALL_KEPT)
