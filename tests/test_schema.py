@@ -101,6 +101,13 @@ VALID = {
                "tensors": {"conv.weight": {"digest": "b" * 64, "dtype": "torch.float32", "shape": [3]}}}],
     "pack-index": [{"format": "ikdata-pack-index/1", "pack": "c" * 64 + ".safetensors", "bytes": 200,
                     "tensors": {"d" * 64: {"dtype": "torch.float32", "shape": [2, 3], "offset": 96, "length": 24}}}],
+    "flashinfer-call": [{"function_name": "rmsnorm", "module": "flashinfer.norm", "call_sequence": 1, "process_id": 7,
+                         "timestamp": "20261203_094027_951", "execution_status": "completed",
+                         "tensor_format": "safetensors", "function_signature": "(input, weight, eps=1e-06)",
+                         "graph_capture": False, "versions": {"flashinfer": "0.7.2.post1"},
+                         "input_metadata": {"kwarg_eps": 1e-6}, "output_metadata": {},
+                         "tensor_info": {"input_tensor_keys": ["arg_0", "kwarg_weight"],
+                                         "output_tensor_keys": ["result"]}}],
 }
 REPLACEMENTS = [None, True, False, 0, -1, 1.0, 2.5, "", "x", "urn:ikdata", [], [1], {}, {"type": "random"},
                 "a" * 64, "1/2"]

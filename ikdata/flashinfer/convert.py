@@ -138,6 +138,27 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
     return Converted(record, entry, {k: v for k, v in renamed.items() if k != v}, tuple(absent))
 
 
+def absent_inputs(name: str, candidates: Sequence[str]) -> list[str] | None:
+    """The absent inputs a ``<name>__without_<a>_<b>`` variant's name encodes, read against the inputs that may be
+    absent (``dt_bias`` is one input, not ``dt`` and ``bias``); [] for a name without the suffix, None when the
+    suffix is not such a list."""
+    if WITHOUT not in name:
+        return []
+    suffix = name.split(WITHOUT, 1)[1]
+
+    def split(rest: str) -> list[str] | None:
+        if not rest:
+            return []
+        for candidate in sorted(candidates, key=len, reverse=True):
+            if rest == candidate or rest.startswith(candidate + "_"):
+                tail = split(rest[len(candidate) + 1:])
+                if tail is not None and candidate not in tail:
+                    return [candidate, *tail]
+        return None
+
+    return split(suffix)
+
+
 _KNOWN_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
                            "float8_e8m0fnu", "int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64",
                            "bool"})
@@ -228,4 +249,4 @@ def _number(node: ast.AST | None) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-__all__ = ["Converted", "FLASHINFER_DEFAULTS", "Refused", "SOURCE_TAG", "check_tolerance", "convert"]
+__all__ = ["Converted", "FLASHINFER_DEFAULTS", "Refused", "SOURCE_TAG", "absent_inputs", "check_tolerance", "convert"]

@@ -32,8 +32,25 @@ def detect(src: Path, definitions: Sequence[str] = ()) -> tuple[Path | None, Pat
     defs = named[0] if named else (src if calls is None and is_definition_folder(src) else (
         src / "definitions" if (src / "definitions").is_dir() and is_definition_folder(src / "definitions") else None))
     if calls is None and defs is None:
+        nested = _flashinfer_children(src)
+        if nested:  # tools/flashinfer_corpus.py OUT: one FlashInfer folder per tensor format
+            error = NotADataset(src)
+            error.looked_for = "; ".join((error.looked_for, *LAYOUTS))
+            error.args = (f"{src}: not a dataset, but it holds {len(nested)} FlashInfer folder(s) "
+                          f"({', '.join(str(p) for p in nested)}); import each of them: "
+                          f"'ikdata import {nested[0]} DEST'",)
+            raise error
         return None
     return calls, defs
+
+
+def _flashinfer_children(src: Path) -> list[Path]:
+    """Sub-folders of SRC that are FlashInfer folders themselves (recorder output, with or beside definitions)."""
+    try:
+        children = sorted(p for p in src.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+    return [p for p in children[:64] if is_dump_folder(p) or ((p / "dumps").is_dir() and is_dump_folder(p / "dumps"))]
 
 
 def stage_source(src: Path, found: tuple[Path | None, Path | None]) -> tuple[Path, Staged]:
@@ -49,8 +66,10 @@ def stage_source(src: Path, found: tuple[Path | None, Path | None]) -> tuple[Pat
     if not staged.definitions:
         error = NotADataset(src)
         why = "; ".join(f"{where}: {reason}" for where, reason in staged.left_out[:5]) or "no call folder or definition"
-        error.looked_for = (*error.looked_for, *LAYOUTS)
-        error.args = (f"{src}: nothing ikdata can read: looked for {', '.join(error.looked_for)}; {why}",)
+        more = f" (and {len(staged.left_out) - 5} more)" if len(staged.left_out) > 5 else ""
+        error.looked_for = "; ".join((error.looked_for, *LAYOUTS))  # one string, as NotADataset keeps it
+        error.args = (f"{src}: nothing ikdata can read: looked for {error.looked_for}; every call or file was left "
+                      f"out: {why}{more}",)
         raise error
     _judge(out / "staged")
     return out / "staged", staged

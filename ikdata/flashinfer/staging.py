@@ -95,9 +95,14 @@ def match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
     """
     import torch
 
-    key = (call.fi_api, id(folder_definitions), tuple(sorted(
-        (p, tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else (p, repr(v))
-        for p, v in call.arguments.items())))
+    def described(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), str(v.dtype))
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(described(i) for i in v))
+        return repr(v)
+
+    key = (call.fi_api, id(folder_definitions), tuple(sorted((p, described(v)) for p, v in call.arguments.items())))
     found = _MATCHED.get(key)
     if found is None:
         try:
@@ -201,6 +206,10 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
             staged.left_out.append((str(call.folder), exc.reason))
         except IkdataError as exc:
             staged.left_out.append((str(call.folder), str(exc)))
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RuntimeError) as exc:
+            # a record that passed every check yet does not fit the template: its call is left out, named
+            staged.left_out.append((str(call.folder), f"cannot be read as a {call.fi_api} call: "
+                                                      f"{type(exc).__name__}: {exc}"))
     if folder_definitions is not None and calls_folder is None:
         for name, record in folder_definitions.items():  # a definitions folder alone: its definitions
             try:
@@ -231,7 +240,8 @@ def workload(found: Match, fi_record: Mapping[str, Any], arguments: Mapping[str,
     import torch
 
     absent = [n for n, d in found.template.inputs.items()
-              if type(d).__name__ == "Tensor" and d.optional and _argument(arguments, d.param or n, d.tuple_idx) is None]
+              if getattr(d, "optional", False) and n in (fi_record.get("inputs") or {})
+              and _argument(arguments, getattr(d, "param", None) or n, getattr(d, "tuple_idx", None)) is None]
     converted = convert(fi_record, absent=absent, template_key=found.key)
     definition = Definition.from_dict(converted.record, origin=USER, source=source)
     issues = definition.check()
@@ -239,12 +249,37 @@ def workload(found: Match, fi_record: Mapping[str, Any], arguments: Mapping[str,
         raise Refused("; ".join(issues), "definition")
     inputs = {}
     for name, spec in definition.inputs.items():
-        descriptor = found.template.inputs[name]
-        value = _argument(arguments, descriptor.param or name, getattr(descriptor, "tuple_idx", None))
+        descriptor = found.template.inputs.get(name)
+        param = (getattr(descriptor, "param", None) or name) if descriptor is not None else name
+        value = _argument(arguments, param, getattr(descriptor, "tuple_idx", None))
         if spec.shape is None and isinstance(value, torch.Tensor) and value.ndim == 0:
             value = value.item()  # a 0-d tensor where the definition has a scalar
-        inputs[name] = value
-    return definition, inputs, _outputs(results, definition)
+        inputs[name] = _checked(value, spec, f"input {name!r} (parameter {param!r})")
+    outputs = _outputs(results, definition)
+    for name, value in outputs.items():
+        _checked(value, definition.outputs[name], f"output {name!r}")
+    return definition, inputs, outputs
+
+
+def _checked(value: Any, spec: Any, what: str) -> Any:
+    """``value`` when it is what the definition's ``spec`` needs (a tensor, or a number for a scalar)."""
+    import torch
+
+    if spec.shape is None:
+        if isinstance(value, (bool, int, float)):
+            return value
+        raise Refused(f"{what} is {_kind(value)}; the definition needs a {spec.dtype} scalar", "argument-type")
+    if isinstance(value, torch.Tensor):
+        return value
+    raise Refused(f"{what} is {_kind(value)}; the definition needs a {spec.dtype} tensor", "argument-type")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None (not passed)"
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        return f"a recorded {value['type']} value"
+    return f"a {type(value).__name__}"
 
 
 def template_key_of(record: Mapping[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ import os
 from typing import Any, Mapping
 
 from ikdata.core.definitions import SHIPPED, Definition
-from ikdata.flashinfer.convert import SOURCE_TAG, WITHOUT, Refused, convert
+from ikdata.flashinfer.convert import SOURCE_TAG, Refused, absent_inputs, convert
 
 
 def trusted_flashinfer(definitions: Mapping[str, Definition]) -> dict[str, Definition]:
@@ -44,7 +44,10 @@ def _render(definition: Definition, by_key: Mapping[str, Any]) -> Definition | N
     ref = by_key.get(key)
     if ref is None:
         return None
-    absent = definition.name.split(WITHOUT, 1)[1].split("_") if WITHOUT in definition.name else []
+    optional = [n for n, d in ref.template.inputs.items() if getattr(d, "optional", False)]
+    absent = absent_inputs(definition.name, optional)
+    if absent is None:
+        return None
     sizes = {**{a: 1 for a in definition.var_axes}, **definition.const_axes}
     kwargs: dict[str, Any] = {}
     for name, descriptor in ref.template.inputs.items():

@@ -184,7 +184,9 @@ def _flashinfer_staged(src: Path, definitions: Sequence[str | os.PathLike]) -> t
     if found is None:
         return None
     root, staged = stage_source(src, found)
-    left_out = [LeftOut("", Path(where).name, reason, where=where) for where, reason in staged.left_out]
+    # each call folder (or definition file) named with the dump folder it is in: "<call> (<dump>): <why>"
+    left_out = [LeftOut(Path(where).name, str(Path(where).parent), reason, where=where)
+                for where, reason in staged.left_out]
     return root, [str(root / "definitions")], left_out
 
 

@@ -1,0 +1,118 @@
+"""Honest CPU engines for FlashInfer's templates, called under FlashInfer's own flight recorder.
+
+An engine is a function with the API's parameter names (from the template's ``init``) that
+returns what the template's reference returns, decorated with ``@flashinfer_api(trace=TEMPLATE)``
+and called in a child process with ``FLASHINFER_LOGLEVEL=10``: the dump is what FlashInfer
+writes for a real engine of that template on CPU. Used by the tests and the end-to-end census.
+
+    python tools/flashinfer_engines.py OUT norm:rmsnorm_trace gdn:gated_delta_rule_decode_trace,scale=None
+
+OUT/dumps holds the recorder's call folders. ``MODULE:ATTR[,name=value...]``: a value is a
+Python literal; a name the template's ``init`` takes (a var axis) sizes the call, any other
+replaces that argument (``scale=None`` leaves an optional scalar out).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """One call of an honest engine: the template (``module:attr``), var-axis sizes and replaced arguments."""
+
+    module: str
+    attr: str
+    sizes: dict[str, Any] = field(default_factory=dict)
+    replace: dict[str, Any] = field(default_factory=dict)
+    seed: int = 1
+
+    def to_arg(self) -> str:
+        extra = [f"{k}={v!r}" for k, v in {**self.sizes, **self.replace}.items()]
+        return ",".join([f"{self.module}:{self.attr}", f"seed={self.seed}", *extra])
+
+    @classmethod
+    def from_arg(cls, text: str) -> "EngineCall":
+        head, *rest = text.split(",")
+        module, attr = head.split(":", 1)
+        values = {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in rest)}
+        seed = values.pop("seed", 1)
+        return cls(module, attr, {}, values, seed)
+
+
+def engine(name: str, template: Any, params: list[str]) -> Any:
+    """A CPU engine named ``name`` taking ``params`` that returns the template's reference outputs."""
+    mapping = {key: (descriptor.param or key) for key, descriptor in template.inputs.items()}
+
+    def compute(values: dict) -> Any:
+        reference = template.reference
+        accepted = inspect.signature(reference).parameters
+        kwargs = {k: values[p] for k, p in mapping.items() if p in values and k in accepted}
+        return reference(**kwargs)
+
+    source = f"def {name}({', '.join(params)}):\n    return _compute(dict({', '.join(f'{p}={p}' for p in params)}))\n"
+    namespace = {"_compute": compute, "__name__": "ikdata_honest_engines"}
+    exec(source, namespace)  # noqa: S102  a function with the API's own parameter names
+    return namespace[name]
+
+
+def call_values(template: Any, call: EngineCall, default_size: int = 2) -> dict[str, Any]:
+    """The arguments of one call: the template's ``init`` at the given sizes, then the replaced ones."""
+    init = inspect.signature(template.init).parameters
+    merged = {**call.sizes, **call.replace}
+    sizes = {a: default_size for a, m in template.axes.items() if type(m).__name__ == "Var" and a in init}
+    sizes.update({k: v for k, v in merged.items() if k in init})
+    values = template.init(device="cpu", seed=call.seed, **sizes)
+    values.update({k: v for k, v in merged.items() if k not in init})
+    return values
+
+
+def _child(calls: list[EngineCall]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ikdata.flashinfer import loader
+
+    api = loader.submodule("api_logging")
+    engines: dict[str, Any] = {}
+    for call in calls:
+        template = getattr(loader.submodule(f"trace.templates.{call.module}"), call.attr)
+        values = call_values(template, call)
+        name = call.attr.removesuffix("_trace")
+        if name not in engines:
+            engines[name] = api.flashinfer_api(trace=template)(engine(name, template, list(values)))
+        engines[name](**values)
+
+
+def record(out: Path, calls: list[EngineCall], *, fmt: str = "safetensors", timeout: float = 600) -> Path:
+    """Call each engine under FlashInfer's recorder in a child process; returns ``out/dumps``.
+
+    Raises:
+        subprocess.CalledProcessError: the child failed (its stderr says why).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "FLASHINFER_LOGLEVEL": "10", "FLASHINFER_DUMP_DIR": str(out / "dumps"),
+           "FLASHINFER_LOGDEST": str(out / "log.txt"), "PYTHONWARNINGS": "ignore",
+           "FLASHINFER_DUMP_SAFETENSORS": "1" if fmt == "safetensors" else "0"}
+    subprocess.run([sys.executable, __file__, "--child", *(c.to_arg() for c in calls)], env=env, check=True,
+                   capture_output=True, timeout=timeout)
+    return out / "dumps"
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        _child([EngineCall.from_arg(a) for a in sys.argv[2:]])
+        return
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    print(record(Path(sys.argv[1]), [EngineCall.from_arg(a) for a in sys.argv[2:]]))
+
+
+if __name__ == "__main__":
+    main()
