@@ -49,15 +49,59 @@ MODELLED = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "
 
 
 class _Recorder:
-    """Wraps a LogitsProcessorList: keeps each step's input ids and raw logits, then applies the real processors."""
+    """Wraps a LogitsProcessorList: keeps each step's input ids and raw logits, then applies the real processors.
 
-    def __init__(self, inner: Any) -> None:
+    Processors the declared settings do not imply (``unknown``) are measured as they run: per row, the mass
+    of the distribution before them that they removed (set to -inf) and the total variation they moved, so a
+    verdict can name each one with what it did, passed or failed.
+    """
+
+    def __init__(self, inner: Any, config: Any) -> None:
         self.inner = inner
         self.steps: list[tuple[Any, Any]] = []  # (input ids, raw logits)
+        self.error: Exception | None = None
+        try:
+            self.present = processors_of(inner, declared(config))
+        except Exception as exc:  # noqa: BLE001  named as lost when the call ends; generate must run on
+            self.present, self.error = [], exc
+        self.effects: list[dict[int, tuple[Any, Any]]] = []  # per step: processor index -> (removed, tv) per row
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         self.steps.append((input_ids.detach().to("cpu", copy=True), scores.detach().to("cpu", copy=True)))
-        return self.inner(input_ids, scores, **kwargs)
+        unknown = [i for i, p in enumerate(self.present) if not p["declared"]]
+        if not unknown or len(self.present) != len(self.inner):
+            return self.inner(input_ids, scores, **kwargs)
+        import torch
+
+        effects: dict[int, tuple[Any, Any]] = {}
+        for index, processor in enumerate(self.inner):  # LogitsProcessorList.__call__, one processor at a time
+            before = scores
+            if len(inspect.signature(processor.__call__).parameters) > 2:
+                scores = processor(input_ids, scores, **kwargs)
+            else:
+                scores = processor(input_ids, scores)
+            if index in unknown:
+                with torch.no_grad():
+                    p = torch.softmax(before.detach().float(), dim=-1)
+                    removed = (p * (torch.isfinite(before) & torch.isneginf(scores)).float()).sum(dim=-1)
+                    moved = 0.5 * (torch.softmax(scores.detach().float(), dim=-1) - p).abs().nansum(dim=-1)
+                effects[index] = (removed.cpu(), moved.cpu())
+        self.effects.append(effects)
+        return scores
+
+    def effects_of(self, step: int, rows: Any) -> list[dict[str, Any]]:
+        """The processors present at one step, the unknown ones with the mass they removed and the TV they moved
+        (mean and max over the recorded rows)."""
+        found = self.effects[step] if step < len(self.effects) else {}
+        out = []
+        for index, proc in enumerate(self.present):
+            entry = dict(proc)
+            if index in found and len(rows):
+                removed, moved = (v[rows].double() for v in found[index])
+                entry["removed_mass"] = {"mean": round(float(removed.mean()), 6), "max": round(float(removed.max()), 6)}
+                entry["moved_tv"] = {"mean": round(float(moved.mean()), 6), "max": round(float(moved.max()), 6)}
+            out.append(entry)
+        return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -148,10 +192,10 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
 
     if not recorder.steps or not cap.enabled:
         return
+    if recorder.error is not None:
+        raise recorder.error
     found = declared(config)
-    present = processors_of(recorder.inner, found)
-    sampler = {"order": ORDER, "processors": present,
-               "unknown": [p["name"] for p in present if not p["declared"]]}
+    unknown = [p["name"] for p in recorder.present if not p["declared"]]
     start = recorder.steps[0][0].shape[1]
     eos = set(found["eos"])
     generated = sequences[:, start:].cpu()
@@ -183,6 +227,7 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
                       "eos": torch.tensor(sorted(eos) or [-1], dtype=torch.int64),
                       "bad_words": torch.tensor(flat_bad, dtype=torch.int64),
                       "seed": torch.full((b,), seed, dtype=torch.int64)}
+            sampler = {"order": ORDER, "processors": recorder.effects_of(index, rows), "unknown": unknown}
             with step_context(index):
                 cap.record(TEMPLATE, inputs, {"samples": drawn[rows].to(torch.int64).contiguous()},
                            operation=OPERATION, fills={"V": int(logits.shape[-1])}, provenance={"sampler": sampler})
@@ -204,7 +249,7 @@ def _patch(cap: Any) -> None:
                 *args: Any, **kwargs: Any) -> Any:
         if not cap.enabled or cap.tracker.current_request() is None or _ASSISTED.get() is not None:
             return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
-        recorder = _Recorder(logits_processor)
+        recorder = _Recorder(logits_processor, generation_config)
         out = original(self, input_ids, recorder, stopping_criteria, generation_config, *args, **kwargs)
         sequences = out if hasattr(out, "shape") else getattr(out, "sequences", None)
         if sequences is not None:

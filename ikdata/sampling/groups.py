@@ -61,6 +61,7 @@ class DefinitionVerdict:
     not_checked: str | None = None  # positions under processors the definition accepts
     degenerate: str | None = None  # draws of one-token distributions: no test has power there
     alpha_split: str | None = None  # how alpha is split over the tests (stated in the verdict)
+    processors: list[str] = field(default_factory=list)  # each undeclared processor, what it did, whether accepted
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -80,9 +81,12 @@ class DefinitionVerdict:
             found["degenerate"] = self.degenerate
         if self.alpha_split:
             found["alpha_split"] = self.alpha_split
+        if self.processors:
+            found["processors"] = self.processors
         if verdict == "too_small" and not not_judged:
-            found["not_judged"] = [self.degenerate or "no draw could be judged (every position excluded, "
-                                   "greedy or degenerate)"]
+            found["not_judged"] = [(f"{self.not_checked}: not checked, by the definition's choice"
+                                    if self.not_checked else None) or self.degenerate
+                                   or "no draw could be judged (every position excluded, greedy or degenerate)"]
         return found
 
 
@@ -191,11 +195,45 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
     result.tests = list(outcome.values())
     for case in cases:
         result.statuses[case["uuid"]] = _case_status(case, joined[case["uuid"]], outcome, alpha, each)
+    result.processors = processor_lines(cases)
     accepted = sorted({n for c in cases for n in c["sampling"].get("not_checked") or ()})
     if accepted:
         positions = sum(int(c["sampling"].get("positions", 0)) for c in cases if c["sampling"].get("not_checked"))
         result.not_checked = f"{positions} position(s) not checked: processor(s) {', '.join(accepted)} accepted"
     return result
+
+
+def processor_lines(cases: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per processor the declared settings do not imply, over a definition's cases: the positions it
+    ran at, the mass of the distribution before it that it removed and the TV it moved (mean over positions,
+    and the most at one), and whether the definition accepts it (then its part is not checked)."""
+    found: dict[tuple[str, str, bool], dict[str, float]] = {}
+    for case in cases:
+        record = case["sampling"]
+        n = int(record.get("positions", 0))
+        for accepted, listed in ((False, record.get("unknown_processors")), (True, record.get("accepted_processors"))):
+            for proc in listed or ():
+                entry = found.setdefault((str(proc.get("name")), str(proc.get("digest")), accepted),
+                                         {"n": 0, "removed": 0.0, "removed_max": 0.0, "tv": 0.0, "tv_max": 0.0,
+                                          "measured": 0})
+                entry["n"] += n
+                for key, name in (("removed", "removed_mass"), ("tv", "moved_tv")):
+                    value = proc.get(name)
+                    if isinstance(value, Mapping):
+                        entry[key] += float(value.get("mean", 0.0)) * n
+                        entry[f"{key}_max"] = max(entry[f"{key}_max"], float(value.get("max", 0.0)))
+                        entry["measured"] += n if key == "removed" else 0
+    lines = []
+    for (name, digest, accepted), e in sorted(found.items()):
+        if e["measured"]:
+            did = (f"removed {e['removed'] / e['measured']:.1%} of the mass before it on average ({e['removed_max']:.1%} "
+                   f"at most) and moved TV {e['tv'] / e['measured']:.3f} on average ({e['tv_max']:.3f} at most)")
+        else:
+            did = "what it removed was not measured at capture"
+        state = ("accepted by the definition (judge.accept_processors): its part is not checked" if accepted else
+                 "not declared by the settings and not accepted: judged as if absent")
+        lines.append(f"processor {name} (source {digest}) at {e['n']} position(s): {did}; {state}")
+    return lines
 
 
 def rejects(test: Mapping[str, Any]) -> bool:
@@ -248,7 +286,14 @@ def processors_note(record: Mapping[str, Any]) -> str:
     unknown = record.get("unknown_processors") or ()
     if not unknown:
         return ""
-    names = ", ".join(f"{p.get('name')} (source {p.get('digest')})" for p in unknown)
+    def effect(p: Mapping[str, Any]) -> str:
+        removed, moved = p.get("removed_mass"), p.get("moved_tv")
+        if not isinstance(removed, Mapping) or not isinstance(moved, Mapping):
+            return ""
+        return (f"; removed {float(removed.get('mean', 0)):.1%} of the mass before it on average, moved TV "
+                f"{float(moved.get('mean', 0)):.3f}")
+
+    names = ", ".join(f"{p.get('name')} (source {p.get('digest')}{effect(p)})" for p in unknown)
     return (f"; processors present that the declared settings do not imply: {names} (if one is meant, name it in "
             "the definition's judge.accept_processors: its part is then not checked)")
 
@@ -338,4 +383,4 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
 
 
 __all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "pit_draws_needed",
-           "processors_note", "recheck_case", "rejects", "tv_draws_needed"]
+           "processor_lines", "processors_note", "recheck_case", "rejects", "tv_draws_needed"]

@@ -76,7 +76,8 @@ def unknown_processors(receipt: Any) -> list[dict[str, Any]]:
     """The processors a receipt lists that its declared settings do not imply (name and source digest)."""
     provenance = getattr(receipt, "provenance", None) or {}
     sampler = provenance.get("sampler") if isinstance(provenance.get("sampler"), Mapping) else {}
-    return [{"name": str(p.get("name")), "digest": str(p.get("digest", ""))[:16]}
+    return [{"name": str(p.get("name")), "digest": str(p.get("digest", ""))[:16],
+             **{k: dict(p[k]) for k in ("removed_mass", "moved_tv") if isinstance(p.get(k), Mapping)}}
             for p in sampler.get("processors") or () if isinstance(p, Mapping) and not p.get("declared")]
 
 
@@ -171,7 +172,8 @@ def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[s
     n = record["positions"]
     return {**record, "judged": 0, "greedy": 0, "outside": 0, "outside_examples": [], "draws": [],
             "distributions": {}, "pit": {"n": 0, "sums": [0.0] * 4, "histogram": [0] * 10}, "moments": {},
-            "excluded": {"processor_accepted": n}, "not_checked": names, "aimed": {}}
+            "excluded": {"processor_accepted": n}, "not_checked": names, "aimed": {},
+            "accepted_processors": unknown}
 
 
 def execute_case(run: Any, row: Any, pending: Any) -> dict[str, Any]:
@@ -242,6 +244,7 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
             lines.append(f"  {group['degenerate']}")
         if group.get("not_checked"):
             lines.append(f"  {group['not_checked']}: the distribution was not checked for that part")
+        lines += [f"  {line}" for line in group.get("processors") or ()]
         if not group.get("tests"):
             lines.append("  no test ran: every draw was greedy, excluded, or a repeat of a seed")
     return lines
