@@ -1,0 +1,331 @@
+"""Operators at the dispatcher: every call of a bound op, whatever Python function reached it.
+
+Two mechanisms, chosen by measurement (docs/capture.md, "The dispatcher path"):
+
+* **Interposition** (``torch.library``): for each op something could be recorded from (a built-in
+  aten mapper whose templates ``--only`` allows, or a definition's ``capture`` binding), a Python
+  kernel is registered at the backend keys (CPU, CUDA) that have one; it calls the kernel it
+  replaced, then maps the call to a definition (:mod:`ikdata.capture.op_binding`) and hands it to
+  :meth:`Capturer.record`. Every other op keeps its C++ kernel and pays nothing. Autograd,
+  ``inference_mode``, threads and compiled graphs' extern calls all reach it; fake and meta tensors
+  (tracing) never do. Ops that write an argument (in place, ``out=``) have the inputs a binding
+  reads copied before the call.
+* **Survey** (a ``TorchDispatchMode``): in the first :data:`SURVEY_STEPS` selected steps of each
+  process it counts every op (aten and custom) into the census, so ops with no definition are
+  named, and it binds a declared op the moment it first runs (an engine's op library may load after
+  capture starts). A mode sees every op but costs about 10 µs per call, so it runs only there.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from typing import Any, Callable
+
+from ikdata.capture import census, op_binding
+from ikdata.capture.op_binding import NO_DEFINITION, Binding, BuiltIn, OpCall
+
+SURVEY_STEPS = 2  # selected steps per process in which every op is counted
+BACKEND_KEYS = ("CPU", "CUDA")
+OWN = "ikdata's own"  # the census's reason for a call ikdata itself made (a reference replayed in the process)
+# Built-in patches whose calls this path records as well (same definition, variant and weight), under their
+# label; inside any other patched function (a user's adapter, F.scaled_dot_product_attention) the patch's
+# handler records the op from its own arguments, and this path only counts it.
+SUPERSEDED = frozenset({"torch.nn.functional.linear", "torch.mm", "torch.matmul"})
+
+
+def allowed_templates(capturer: Any) -> set[str]:
+    """Template names ``--only`` lets through (all when it is empty)."""
+    templates = capturer.templates
+    if not capturer.only:
+        return set(templates)
+    from ikdata.core.templates import match_instance
+
+    allowed = set()
+    for name, template in templates.items():
+        if name in capturer.only or template.definition.op_type in capturer.only:
+            allowed.add(name)
+    for name in capturer.only:
+        found = match_instance(name)
+        if found is not None:
+            allowed.add(found[0].name)
+    return allowed
+
+
+class Dispatcher:
+    """The dispatcher path of one Capturer: interposed kernels, pending bindings, and the survey."""
+
+    def __init__(self, capturer: Any) -> None:
+        self.capturer = capturer
+        self.local = threading.local()  # patch: label of the patched function running; claimed; inner op
+        self.builtins: dict[str, list[BuiltIn]] = {}
+        allowed = allowed_templates(capturer)
+        for spec in op_binding.BUILT_IN:
+            if any(t in allowed for t in spec.templates):
+                self.builtins.setdefault(spec.op, []).append(spec)
+        user = [d for d in capturer.user.values()
+                if not capturer.only or {d.name, d.op_type} & capturer.only]
+        bindings, problems = op_binding.bindings_of(user)
+        if problems:
+            from ikdata.core.errors import UsageError
+
+            raise UsageError("; ".join(problems))
+        self.bindings: dict[str, list[Binding]] = {}
+        for b in bindings:
+            self.bindings.setdefault(b.op if "." in b.op else f"{b.op}.default", []).append(b)
+        self.pending: set[str] = set(self.builtins_overloads()) | set(self.bindings)
+        self.bound: set[str] = set()  # "ns::op" of every interposed op (the survey leaves them to their kernel)
+        self.libraries: dict[str, Any] = {}
+        self.surveys_left = SURVEY_STEPS
+        self._survey: Any = None
+        self._lock = threading.RLock()
+
+    def builtins_overloads(self) -> list[str]:
+        return [f"{op}.default" for op in self.builtins]
+
+    def supersedes(self, label: str) -> bool:
+        """Whether this path records what the built-in patch ``label`` would (so the patch may stand aside)."""
+        return label in SUPERSEDED and bool({"aten::mm", "aten::addmm", "aten::bmm"} & set(self.builtins))
+
+    @property
+    def wanted(self) -> bool:
+        """Whether anything could be recorded through the dispatcher at all."""
+        return bool(self.builtins or self.bindings)
+
+    # -- interposition ------------------------------------------------------------------------
+
+    def bind_pending(self) -> None:
+        """Interpose every pending op that exists by now (idempotent, cheap when none is pending)."""
+        if not self.pending:
+            return
+        with self._lock:
+            for qualified in sorted(self.pending):
+                self._bind(qualified)
+
+    def _bind(self, qualified: str) -> bool:
+        import torch
+
+        name, overload = qualified.rsplit(".", 1)
+        ns, op = name.split("::", 1)
+        try:
+            func = getattr(getattr(getattr(torch.ops, ns), op), overload)
+        except (AttributeError, RuntimeError):
+            return False  # not registered yet: bound when it first runs (survey) or on the next bind_pending
+        self.pending.discard(qualified)
+        schema_name = f"{name}.{overload}" if overload != "default" else name
+        lib = self.libraries.get(ns)
+        if lib is None:
+            lib = self.libraries[ns] = torch.library.Library(ns, "IMPL")
+        registered = False
+        for key in BACKEND_KEYS:
+            if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(schema_name, key):
+                continue
+            kernel = torch._C._dispatch_get_computed_kernel_for_dispatch_key(schema_name, getattr(torch._C.DispatchKey, key))
+            run = self._kernel(name, func, kernel, torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": that is the point
+                    lib.impl(op if overload == "default" else f"{op}.{overload}", run, key)
+                registered = True
+            except Exception as exc:  # noqa: BLE001  one op that cannot be interposed: say so, keep the rest
+                self.capturer._fail(name, RuntimeError(f"could not interpose {schema_name} at {key}: {exc}"))
+        if registered:
+            self.bound.add(name)
+        return registered
+
+    def _kernel(self, op: str, func: Any, kernel: Any, keyset: Any) -> Callable[..., Any]:
+        """The Python kernel of one op at one backend key: run the real kernel, then map and record."""
+        capturer = self.capturer
+        tracker_local = capturer.tracker.local
+        local = self.local
+        builtins = self.builtins.get(op, [])
+        bindings = self.bindings.get(f"{op}.{func._overloadname}", [])
+        names = op_binding.schema_names(func)
+        written = sorted(op_binding.written_arguments(func) & {s for b in bindings for s in b.inputs.values()})
+        call = kernel.call_boxed
+        seen = census.seen
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            state = local.__dict__
+            if state.get("busy") or not capturer.enabled:
+                return call(keyset, *args, **kwargs)
+            seen(op)
+            if tracker_local.__dict__.get("skip"):  # inside a step that is not selected
+                census.skipped(op, "step")
+                return call(keyset, *args, **kwargs)
+            patch = state.get("patch")
+            if patch is not None and patch not in SUPERSEDED:
+                state["inner"] = op  # the patched function's handler records it, from its own arguments
+                return call(keyset, *args, **kwargs)
+            if not capturer.is_selected_now():
+                census.skipped(op, "not selected")
+                return call(keyset, *args, **kwargs)
+            if patch is None and _called_by_ikdata():
+                census.skipped(op, OWN)
+                return call(keyset, *args, **kwargs)
+            before = {}
+            if written:
+                before = {n: _copy(op_binding.argument(func, names, args, kwargs, n)) for n in written}
+            out = call(keyset, *args, **kwargs)
+            state["busy"] = True
+            try:
+                handled = self._record(op, func, names, builtins, bindings, args, kwargs, out, before, patch)
+            finally:
+                state["busy"] = False
+            if patch is not None:
+                state["inner"] = op
+                state["claimed"] = state.get("claimed") or handled
+            return out
+
+        run.__name__ = f"ikdata_capture_{op.replace('::', '_')}"
+        return run
+
+    def _record(self, op: str, func: Any, names: list[str], builtins: list[BuiltIn], bindings: list[Binding],
+                args: tuple, kwargs: dict, out: Any, before: dict, patch: str | None) -> bool:
+        """Map one call and record it; returns True when a definition took it (recorded or refused by a rule)."""
+        from ikdata.core.errors import DefinitionError
+
+        reason = NO_DEFINITION
+        try:
+            found: OpCall | str = NO_DEFINITION
+            for spec in builtins:
+                found = spec.mapper(args, kwargs, out)
+                if isinstance(found, OpCall):
+                    break
+                reason = found
+            if not isinstance(found, OpCall):
+                for binding in bindings:
+                    found = op_binding.bind_call(binding, func, names, args, kwargs, out, before)
+                    if isinstance(found, OpCall):
+                        break
+                    reason = found
+            if not isinstance(found, OpCall):
+                census.skipped(op, reason)
+                return False
+            self.capturer.record(found.definition, found.inputs, found.outputs, operation=patch or op,
+                                 variant=found.variant, weights=found.weights, fills=found.fills, op=op)
+            return True
+        except DefinitionError:
+            raise  # strict mode only: record() logs and counts it otherwise
+        except Exception as exc:  # noqa: BLE001  a failing mapper must not crash the engine
+            census.skipped(op, "disabled")
+            self.capturer._fail(op, exc)
+            return False
+
+    # -- the survey ---------------------------------------------------------------------------
+
+    def step_began(self) -> bool:
+        """A selected step begins on this thread: survey it while surveys are left. Returns whether it did."""
+        if self.surveys_left <= 0:
+            return False
+        with self._lock:
+            if self.surveys_left <= 0:
+                return False
+            self.surveys_left -= 1
+        self.bind_pending()
+        survey = _survey_mode(self)
+        survey.__enter__()
+        stack = self.local.__dict__.setdefault("surveys", [])
+        stack.append(survey)
+        return True
+
+    def step_ended(self) -> None:
+        stack = self.local.__dict__.get("surveys")
+        if stack:
+            survey = stack.pop()
+            survey.__exit__(None, None, None)
+            survey.flush()
+
+    def uninstall(self) -> None:
+        for lib in self.libraries.values():
+            lib._destroy()
+        self.libraries.clear()
+        self.bound.clear()
+
+
+_OURS = "ikdata.capture."
+
+
+def _called_by_ikdata() -> bool:
+    """Whether the Python code that called this op (past torch's own frames) is ikdata's: a reference replayed
+    or a judge run in the program's process computes no workload of the program."""
+    frame = sys._getframe(2)
+    for _ in range(16):
+        if frame is None:
+            return False
+        name = frame.f_globals.get("__name__") or ""
+        if name.startswith("ikdata_reference_") or (name.startswith("ikdata.") and not name.startswith(_OURS)):
+            return True
+        if not name.startswith(("torch", _OURS)):  # torch's frames and capture's survey are passed through
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _copy(value: Any) -> Any:
+    return value.detach().clone() if hasattr(value, "detach") else value
+
+
+def _survey_mode(dispatcher: Dispatcher) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ours, hooks = dispatcher.local, dispatcher.capturer._local
+
+    def busy() -> bool:
+        return bool(ours.__dict__.get("busy") or hooks.__dict__.get("busy"))
+
+    class Survey(TorchDispatchMode):
+        """Counts every op of a step (those interposed count themselves) and binds declared ops as they appear."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: dict[str, int] = {}
+            self.names: dict[Any, str] = {}
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            name = self.names.get(func)
+            if name is None:
+                name = self.names[func] = func._schema.name
+                qualified = f"{name}.{func._overloadname}"
+                if qualified in dispatcher.pending:
+                    with dispatcher._lock:
+                        dispatcher._bind(qualified)
+            if name not in dispatcher.bound and not busy():  # ikdata's own copies are not the program's
+                self.counts[name] = self.counts.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+        def flush(self) -> None:
+            for name, n in self.counts.items():
+                census.seen(name, n)
+            self.counts.clear()
+
+    return Survey()
+
+
+def install(capturer: Any) -> Dispatcher:
+    """Interpose the ops capturer could record and survey its first selected steps. Returns the Dispatcher."""
+    dispatcher = Dispatcher(capturer)
+    dispatcher.bind_pending()
+    tracker = capturer.tracker
+    begin, end = tracker.begin_step, tracker.end_step
+
+    def begin_step() -> Any:
+        tokens = begin()
+        surveyed = dispatcher.surveys_left > 0 and capturer.enabled and capturer.is_selected_now() \
+            and dispatcher.step_began()
+        return (tokens, surveyed)
+
+    def end_step(tokens: Any) -> None:
+        inner, surveyed = tokens
+        try:
+            if surveyed:
+                dispatcher.step_ended()
+        finally:
+            end(inner)
+
+    tracker.begin_step, tracker.end_step = begin_step, end_step  # the step hook (boot) calls these
+    return dispatcher
+
+
+__all__ = ["BACKEND_KEYS", "Dispatcher", "SURVEY_STEPS", "allowed_templates", "install"]
