@@ -45,8 +45,8 @@ def build(out: Path, *, seed: int = 0, dtype: str = "float32") -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, torch_dtype=dtype, **CONFIG)
     model = LlamaForCausalLM(config)
-    with torch.no_grad():  # logits with some shape: a few likely tokens, a long tail (top-k/top-p cut something)
-        model.lm_head.weight.normal_(0.0, 0.5)
+    with torch.no_grad():  # logits of spread about 1.5: many likely tokens, a tail that top-k/top-p/min-p cut
+        model.lm_head.weight.normal_(0.0, 0.15)
     model.to(getattr(torch, dtype)).save_pretrained(str(out), safe_serialization=True)
     _tokenizer(out)
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))

@@ -176,6 +176,9 @@ def install(cap: Any) -> None:
     from ikdata.flashinfer import capture as flashinfer_capture  # @flashinfer_api calls, when FlashInfer is installed
 
     flashinfer_capture.install(cap)
+    from ikdata import engines  # serving engines' samplers and operators (vLLM), when the engine loads
+
+    engines.install(cap)
 
 
 __all__ = ["install", "RMSNORM_MODULES", "on_linear", "on_mm", "on_matmul", "on_sdpa", "on_rms_norm",

