@@ -77,6 +77,7 @@ def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import
         found = import_completions(src, dst, dry_run=dry_run)
         o.result(found.to_dict(), lambda: out.info(found.summary()))
         return
+    before = _current_id(dst)
     with o.progress("import", unit="blobs") as progress:
         result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),
                                 keep_random=keep_random, progress=progress, trust_reports=trust_reports,
@@ -97,11 +98,24 @@ def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import
             out.info(f"  conflict: {conflict}")
         if result.rejudged is not None and (result.rejudged.claimed or result.rejudged.trusted):
             out.info(result.rejudged.statement())
-        if result.dataset_id:
+        if result.dataset_id and result.dataset_id == before:  # nothing was written: DST keeps its id
+            out.info(f"{dst} is unchanged ({result.dataset_id[:12]}): {src} holds nothing it lacks")
+        elif result.dataset_id:
             out.info(f"{dst} is now {result.dataset_id[:12]}, merged from {src} ({result.parent_id[:12]})")
 
     o.result(result.to_dict(), human)
     o.exit(dry_run and (result.refused or result.conflicts))
+
+
+def _current_id(root: Path) -> str | None:
+    """DST's id before the import (None: no dataset yet, or a manifest the import itself will refuse)."""
+    from ikdata.core.errors import IkdataError
+    from ikdata.core.manifest import current_id
+
+    try:
+        return current_id(root) if root.is_dir() else None
+    except (IkdataError, OSError):
+        return None
 
 
 def _import_folders(src: str, dst: str) -> tuple[Path, Path]:

@@ -76,10 +76,10 @@ class ImportPlan:
 
     @property
     def is_noop(self) -> bool:
-        """Nothing to write, and SRC is already a parent of DST."""
+        """Nothing to write: DST keeps its id (and records no parent), whether SRC is already a parent of DST or
+        only holds the same workloads under another id (a FlashInfer .pt copy of calls already imported)."""
         return not (self.rows or self.receipts or self.definitions or self.blobs or self.carried.appends
-                    or self.carried.files) and \
-            self.source.dataset_id in self.dst_parents
+                    or self.carried.files)
 
 
 def _nbytes(tensor: TensorSource) -> int:
