@@ -23,9 +23,11 @@ import sys
 import threading
 from typing import Any
 
+from ikdata.capture import census
 from ikdata.capture.config import CaptureConfig
 
 _CAPTURER: Any = None
+_CONFIG: CaptureConfig | None = None  # this process's configuration, once read (for the census at exit)
 _BOOTED = False
 _REAL_EXIT = os._exit
 _LOCK = threading.RLock()
@@ -37,6 +39,7 @@ def boot() -> None:
     if _BOOTED or not os.environ.get("IKDATA_CAPTURE"):
         return
     _BOOTED = True
+    config = None
     try:
         config = CaptureConfig.from_env()
         if config is None:
@@ -50,7 +53,7 @@ def boot() -> None:
     except Exception as exc:  # noqa: BLE001  a broken capture set-up must not stop the program
         if os.environ.get("IKDATA_CAPTURE_STRICT", "") not in ("", "0"):
             raise
-        sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
+        _not_enabled(config, exc)
 
 
 def current() -> Any:
@@ -64,20 +67,35 @@ def install(config: CaptureConfig) -> Any:
     Example:
         >>> install(CaptureConfig(into="captures/run1", steps=(0,)))
     """
-    global _CAPTURER
+    global _CAPTURER, _CONFIG
     with _LOCK:
         if _CAPTURER is not None:
             return _CAPTURER
         from ikdata.capture import adapters
         from ikdata.capture.hooks import Capturer
 
+        _CONFIG = config
         capturer = Capturer(config)
-        adapters.install(capturer)  # operators, then every judge family's capture module
+        try:
+            adapters.install(capturer)  # operators, then every judge family's capture module
+        except BaseException:
+            capturer.uninstall()  # no half-patched torch: capture is off in this process, and says why
+            raise
         for path in config.adapters:
-            module = importlib.import_module(path)
-            module.install(capturer)
+            try:
+                importlib.import_module(path).install(capturer)
+            except Exception as exc:  # noqa: BLE001  the built-in capture goes on; ikdata capture exits 1
+                if config.strict:
+                    capturer.uninstall()
+                    raise
+                census.adapter_failed(path, f"{type(exc).__name__}: {exc}")
+                sys.stderr.write(f"ikdata capture [{os.getpid()}]: --adapter {path} failed to install: "
+                                 f"{type(exc).__name__}: {exc}; the built-in capture goes on without it\n")
+            else:
+                census.adapter_installed(path)
         _install_module_hook(capturer)
         _CAPTURER = capturer
+        census.enabled()
         _install_process_hooks()
         return capturer
 
@@ -173,6 +191,14 @@ def _shutdown() -> None:
             capturer.shutdown()
         except Exception as exc:  # noqa: BLE001
             sys.stderr.write(f"ikdata capture: flushing at exit failed: {exc}\n")
+    _write_census()
+
+
+def _write_census() -> None:
+    """This process's census record, after the final flush (so failed writes are in it). Never raises."""
+    config = _CONFIG
+    if config is not None and os.environ.get("IKDATA_CAPTURE"):  # not for an install() of a test's own process
+        census.write(config.state_dir, config.into)
 
 
 def _exit_flushing(code: int) -> None:
@@ -250,6 +276,7 @@ def _after_fork_parent() -> None:
 
 
 def _after_fork_child() -> None:
+    census.reset()  # the child counts its own calls, and leaves its own record
     if _CAPTURER is not None:
         _CAPTURER.after_fork_in_child()
 
@@ -261,7 +288,20 @@ def _install_logging(config: CaptureConfig) -> None:
     except Exception as exc:  # noqa: BLE001
         if config.strict:
             raise
-        sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
+        _not_enabled(config, exc)
+
+
+def _not_enabled(config: CaptureConfig | None, exc: BaseException) -> None:
+    """Capture could not start here: say so now, and in this process's census at exit (``ikdata capture``
+    then exits 1 naming the process). Without a readable configuration only the message is left."""
+    global _CONFIG
+    sys.stderr.write(f"ikdata capture: not enabled in process {os.getpid()}: {exc}\n")
+    census.not_enabled(f"{type(exc).__name__}: {exc}")
+    if config is not None and _CONFIG is None:
+        _CONFIG = config
+    if _CONFIG is not None:
+        atexit.register(_write_census)
+        os.register_at_fork(after_in_child=census.reset)
 
 
 __all__ = ["boot", "install", "uninstall", "flush", "current"]

@@ -19,7 +19,6 @@ looked at it and no definition describes that form.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -27,10 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-# Why a call was not recorded; the same list is the enum of schemas/census.schema.json (a test compares them).
+# Why a call was not recorded: the reasons capture itself gives (a hook may name others; the schema takes any).
 REASONS = ("no definition", "selection rule", "budget", "dtype", "copy failed", "not selected", "step",
            "disabled", "write failed")
 NO_DEFINITION = "no definition"
+EXPLAINED = {  # a reason in words, after a count of calls
+    "no definition": "had no definition that describes them",
+    "selection rule": "repeated a call already recorded (one per definition, request, step and shape)",
+    "budget": "came after a cap was reached (--max-per-definition, --max-bytes)",
+    "dtype": "had a dtype no definition takes",
+    "copy failed": "could not be copied",
+    "not selected": "were not selected (--only, or no request in flight)",
+    "step": "ran outside the steps asked for (--steps)",
+    "disabled": "came after capture of their definition stopped on a failure",
+    "write failed": "could not be written",
+}
 STATE_FILE = "census.jsonl"  # in a run's state folder: one line per process, read by ikdata capture
 DATASET_DIR = "census"  # in the dataset: census/<run>.jsonl
 
@@ -55,8 +65,8 @@ def recorded(op: str, definition: str, n: int = 1) -> None:
 
 
 def skipped(op: str, reason: str, definition: str | None = None, n: int = 1) -> None:
-    """``n`` calls of ``op`` were not recorded, for ``reason`` (one of :data:`REASONS`; anything else is kept
-    as ``no definition`` would be, but named: a hook's reason is never dropped)."""
+    """``n`` calls of ``op`` were not recorded, for ``reason`` (one of :data:`REASONS`, or a hook's own words:
+    kept as given, never dropped); ``definition``: the one the call would have been recorded as, if known."""
     key = (op, reason, definition)
     with _LOCK:
         _SKIPPED[key] = _SKIPPED.get(key, 0) + n
@@ -132,6 +142,8 @@ def ops() -> list[OpCount]:
 
 def record(run: str | None = None) -> dict[str, Any]:
     """This process's census record (``schemas/census.schema.json``)."""
+    import socket
+
     rank, world = _rank()
     return {"run": run, "pid": os.getpid(), "host": socket.gethostname(), "argv": [str(a) for a in sys.argv],
             "rank": rank, "world_size": world, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -172,6 +184,8 @@ def write(state_dir: str | None, into: str | None, run: str | None = None) -> Pa
         return None
     _STATE["written"] = os.getpid()
     try:
+        import socket
+
         from ikdata.core import jsonl
 
         if state_dir:
@@ -186,6 +200,32 @@ def write(state_dir: str | None, into: str | None, run: str | None = None) -> Pa
     except Exception as exc:  # noqa: BLE001  at exit: say so, never raise
         sys.stderr.write(f"ikdata capture [{os.getpid()}]: the census could not be written: {exc}\n")
         return None
+
+
+def read(root: str | os.PathLike) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Every census record of a dataset (``census/*.jsonl``), each checked against its schema.
+
+    Returns the valid records and the problems (malformed or torn lines, schema violations), each naming
+    the file, line and JSON pointer. A dataset without ``census/`` has neither.
+    """
+    from ikdata.core import jsonl, schema
+
+    folder = Path(root) / DATASET_DIR
+    records: list[dict[str, Any]] = []
+    problems: list[Any] = []
+    if not folder.is_dir():
+        return records, problems
+    for path in sorted(folder.rglob("*.jsonl")):
+        display = path.relative_to(root).as_posix()
+        content = jsonl.read(path, display=display, dataset=root)
+        problems += content.problems
+        for line, rec in content.records:
+            found = schema.check("census", rec, path=display, line=line)
+            if found:
+                problems += found
+            else:
+                records.append(rec)
+    return records, problems
 
 
 # -- merging the processes' records (ikdata capture) ----------------------------------------------------------
@@ -252,9 +292,11 @@ class Summary:
         reasons = self.by_reason()
         if not reasons:
             return "every call seen was recorded, yet no workload was written"
-        top = max(reasons.items(), key=lambda kv: sum(kv[1].values()))
-        return (f"of {self.calls:,} calls seen none was recorded; most were not for '{top[0]}' "
-                f"({sum(top[1].values()):,} calls)")
+        parts = []
+        for reason, per_op in sorted(reasons.items(), key=lambda kv: -sum(kv[1].values())):
+            top = ", ".join(op for op, _ in sorted(per_op.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+            parts.append(f"{sum(per_op.values()):,} {EXPLAINED.get(reason, 'not recorded: ' + reason)} ({top})")
+        return f"none of the {self.calls:,} calls seen was recorded: " + "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"processes": self.processes, "calls": self.calls, "recorded_calls": self.recorded_calls,
@@ -289,4 +331,4 @@ def summarise(records: Iterable[dict[str, Any]]) -> Summary:
 
 
 __all__ = ["REASONS", "NO_DEFINITION", "OpCount", "Summary", "adapter_failed", "adapter_installed", "enabled",
-           "not_enabled", "ops", "record", "recorded", "reset", "seen", "skipped", "summarise", "write"]
+           "not_enabled", "ops", "read", "record", "recorded", "reset", "seen", "skipped", "summarise", "write"]

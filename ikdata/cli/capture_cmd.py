@@ -85,13 +85,21 @@ def capture(
         o.info("not captured (caps reached): " + ", ".join(f"{k}: {v}" for k, v in sorted(result.refused.items())))
     for line in trajectories.capture_summary(into, before):  # diffusion pipeline calls
         o.info(line)
+    for line in result.census_lines:  # what ran, what was recorded, why the rest was not
+        o.info(f"census: {line}")
     total = sum(result.counts.values())
-    if result.dataset_id is not None:
+    code = result.returncode if result.returncode >= 0 else 128 - result.returncode
+    if result.counts and result.dataset_id is not None:
         o.info(f"{total} workload(s) in {len(result.counts)} definition(s); dataset id {result.dataset_id}. "
                f"Check it with: ikdata validate --deep {into}")
-    else:
-        o.info(f"nothing was captured; {into} holds no dataset")
-    code = result.returncode if result.returncode >= 0 else 128 - result.returncode
+    else:  # a capture that recorded nothing is a problem: say why (from the census), exit 1
+        where = f"{into} holds no dataset" if result.dataset_id is None else f"{into} is unchanged"
+        out.err_console.print(f"error: nothing was captured; {where}: {result.why_nothing or 'no reason known'}",
+                              markup=False)
+        code = code or 1
+    for problem in result.census_problems():  # a process without capture, an adapter that did not install
+        out.err_console.print(f"error: {problem}", markup=False)
+        code = code or 1
     why_nothing = result.nothing_kept()
     if why_nothing is not None:
         message, impossible = why_nothing

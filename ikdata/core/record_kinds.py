@@ -49,6 +49,7 @@ KINDS: tuple[RecordKind, ...] = (
     RecordKind("report journals", "reports", ".jsonl", None),
     RecordKind("diffusion trajectories", "trajectories", ".jsonl", "trajectory", imported="append"),
     RecordKind("model records", "models", ".json", "model", imported="create"),
+    RecordKind("capture census", "census", ".jsonl", "census", imported="create"),
 )
 
 RECORD_TOPS: tuple[str, ...] = tuple(dict.fromkeys(k.top.split("/")[0] for k in KINDS if k.folder))

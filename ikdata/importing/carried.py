@@ -85,7 +85,37 @@ def plan_carried(src: Path, dst: Path, admitted: set[str]) -> Carried:
         model = traj.record.get("model") or {}
         if isinstance(model.get("digest"), str) and _HEX.fullmatch(model["digest"]):
             _carry_model(src, dst, model_relpath(model["digest"]), carried)
+    if admitted:
+        _carry_census(src, dst, carried)
     return carried
+
+
+def _carry_census(src: Path, dst: Path, carried: Carried) -> None:
+    """Capture's census files of SRC (``census/<run>.jsonl``: what each process ran and why calls were not
+    recorded) that DST lacks, schema-checked; one DST holds with other content is a conflict."""
+    from ikdata.core import jsonl, schema
+
+    folder = src / "census"
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.rglob("*.jsonl")):
+        relative = path.relative_to(src).as_posix()
+        if path.is_symlink() or text_refusal(relative) is not None or relative.count("/") != 1:
+            carried.problems.append(Problem(relative, "not a census file; expected census/<run>.jsonl"))
+            continue
+        content = jsonl.read(path, display=relative, dataset=src)
+        found = list(content.problems)
+        for line, record in content.records:
+            found += schema.check("census", record, path=relative, line=line)
+        if found:
+            carried.problems += found
+            continue
+        data = path.read_bytes()
+        if (dst / relative).is_file():
+            if (dst / relative).read_bytes() != data:
+                carried.conflicts.append(f"census {relative}: SRC and DST hold different records under one run")
+            continue
+        carried.files[relative] = data
 
 
 def _carry_model(src: Path, dst: Path, relative: str, carried: Carried) -> None:

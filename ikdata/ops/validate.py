@@ -295,6 +295,10 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
 
     found, trajectory_uses, report.trajectories = validate_trajectories(ds, rows_by_uuid)
     problems += found
+    if (ds.root / "census").is_dir():  # capture's census records (schemas/census.schema.json)
+        from ikdata.capture.census import read as read_census
+
+        problems += read_census(ds.root)[1]
     for use in trajectory_uses:
         uses.add(*use)
 

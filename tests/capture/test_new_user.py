@@ -117,10 +117,11 @@ def test_steps_outside_any_step_say_why_and_exit_1(tmp_path):
     assert "ikdata.capture.step" in text
 
 
-def test_steps_beyond_those_that_ran_warn_and_exit_0(tmp_path):
+def test_steps_beyond_those_that_ran_warn_and_exit_1(tmp_path):
     done, into = _capture(tmp_path, GEMM_IN_A_MODULE, "--steps", "5")
     text = " ".join(_text(done).split())
-    assert done.exit_code == 0, text
+    assert done.exit_code == 1, text  # a capture that records nothing exits 1 (issue 32), saying why
+    assert "ran outside the steps asked for (--steps)" in text
     assert "None" not in text
     assert "--steps 5 kept nothing: each request ran 2 step(s) at most (steps 0-1)" in text
 
