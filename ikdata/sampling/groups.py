@@ -10,7 +10,8 @@ pools every case of a definition:
   form a TV test; draws sharing a seed tag count once (a repeated seed repeats the draw);
 - every other judged draw joins one pooled PIT test;
 - per stratum of tokens a penalty touches (:mod:`ikdata.sampling.aimed`), an aimed test of how
-  many draws hit those tokens;
+  many draws hit those tokens; and one test of independence over pairs of draws that must be
+  independent (:mod:`ikdata.sampling.independence`);
 - each test runs at alpha / (number of tests) (Bonferroni, stated in the verdict), so a correct
   sampler fails a definition with probability <= alpha;
 - a case fails when one of its draws lies outside the kept set, or a test it joined
@@ -30,6 +31,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ikdata.sampling import aimed as aimed_tests
+from ikdata.sampling import independence
 from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, chi2_isf_even, legendre, ncx2_sf_even,
                                    pit_test, temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
@@ -158,11 +160,13 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
             moments = got if moments is None else moments + got
             n_moments += len(rows)
     aimed_names = [name for name in sorted(strata) if strata[name][0]]
-    n_tests = (1 if n_pit else 0) + len(tv_keys) + len(aimed_names)
+    pairs, pair_sum, paired = independence.pool((c["uuid"], c["sampling"].get("independence") or {}) for c in cases)
+    n_tests = (1 if n_pit else 0) + len(tv_keys) + len(aimed_names) + (1 if pairs else 0)
     each = bonferroni(alpha, n_tests)
     result.alpha_split = (f"alpha {alpha:g} split over {n_tests} test(s) (" + ", ".join(
         part for part in (("pooled PIT" if n_pit else ""), (f"{len(tv_keys)} TV" if tv_keys else ""),
-                          (f"{len(aimed_names)} aimed: " + ", ".join(aimed_names) if aimed_names else ""))
+                          (f"{len(aimed_names)} aimed: " + ", ".join(aimed_names) if aimed_names else ""),
+                          ("independence" if pairs else ""))
         if part) + f"): {each:.3g} each (Bonferroni)") if n_tests else None
     outcome: dict[str, dict[str, Any]] = {}
     if n_pit:
@@ -192,6 +196,11 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
         outcome[f"aimed:{name}"] = aimed_tests.aimed_test(name, ps, hits, alpha=each)
         for uuid in members:
             joined[uuid].add(f"aimed:{name}")
+    if pairs:
+        outcome["independence"] = independence.independence_test(pairs, pair_sum, alpha=each,
+                                                                 seed=_seed(definition + ":independence"))
+        for uuid in paired:
+            joined[uuid].add("independence")
     result.tests = list(outcome.values())
     for case in cases:
         result.statuses[case["uuid"]] = _case_status(case, joined[case["uuid"]], outcome, alpha, each)
@@ -331,6 +340,8 @@ def describe_test(test: Mapping[str, Any]) -> str:
     """One line saying what a pooled test found: n, statistic, p-value vs alpha, null, detectable shift."""
     if test["test"] == "aimed":
         return aimed_tests.describe(test)
+    if test["test"] == "independence":
+        return independence.describe(test)
     if test["test"] == "pit":
         shift = test.get("detectable_temperature_error")
         seen = f"detects a temperature error of {shift:.0%}" if shift else "cannot detect even a 50% temperature error"

@@ -172,7 +172,7 @@ def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[s
     n = record["positions"]
     return {**record, "judged": 0, "greedy": 0, "outside": 0, "outside_examples": [], "draws": [],
             "distributions": {}, "pit": {"n": 0, "sums": [0.0] * 4, "histogram": [0] * 10}, "moments": {},
-            "excluded": {"processor_accepted": n}, "not_checked": names, "aimed": {},
+            "excluded": {"processor_accepted": n}, "not_checked": names, "aimed": {}, "independence": {},
             "accepted_processors": unknown}
 
 

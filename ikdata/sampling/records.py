@@ -24,7 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.sampling.aimed import strata
+from ikdata.sampling.aimed import kept_of, strata
+from ikdata.sampling import independence
 from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
                                           judge_logits)
 from ikdata.sampling.pipeline import Extras, Warped, apply_warpers, process
@@ -102,6 +103,8 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
                        warped.kept_ids, warped.kept_probs)
         if found:
             record["aimed"] = found  # the positions and tokens a penalty touches, tested on their own
+    record["independence"] = _independence(logits, settings, extras, np.asarray(drawn, np.int64), seeds,
+                                           np.flatnonzero(ok & ~judged.greedy & ~judged.outside), judged, warped, seed)
     draws, distributions = [], {}
     vocab = logits.shape[1]
     width = min(vocab, SMALL_KEPT)
@@ -135,6 +138,29 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
         record["moments"] = {"n": int(len(moment_rows)),
                              "sums": (temperature_moments(padded) * (len(moment_rows) / len(sample))).tolist()}
     return record
+
+
+def _independence(x: np.ndarray, settings: Settings, extras: Extras | None, drawn: np.ndarray,
+                  seeds: Sequence[int] | None, rows: np.ndarray, judged: Any, warped: Warped,
+                  seed: int) -> dict[str, Any]:
+    """Token-order PITs of (at most MAX_ROWS of) the judged rows, paired as neighbours, keyed by seed and step."""
+    rows = rows[:independence.MAX_ROWS]
+    rng = np.random.default_rng(seed + 3)
+    given = np.asarray(seeds, np.int64) if seeds is not None else np.full(len(drawn), -1)
+    shared = len(rows) > 1 and len(set(given[rows].tolist())) == 1
+    draws, keys = [], []
+    for i in rows:
+        if int(i) in warped.kept_ids:
+            ids, probs = warped.kept_ids[int(i)], warped.kept_probs[int(i)]
+        else:
+            ids, probs = kept_of(x[i], int(judged.kept[i]), float(settings.temperature[i]))
+        draws.append((int(i), independence.token_pit(ids, probs, int(drawn[i]), float(rng.random()))))
+        if extras is None or given[i] < 0:
+            keys.append(None)
+        else:
+            step = int(extras.generated[i])
+            keys.append(f"{int(given[i])}:{step}:{int(i)}" if shared else f"{int(given[i])}:{step}")
+    return independence.record_part(draws, keys)
 
 
 def record_top_logprobs(logprobs: Sequence[float], draws: Sequence[int], seeds: Sequence[int] | None = None, *,
