@@ -39,6 +39,8 @@ from ikdata.core.problems import Problem
 from ikdata.core.writer import DatasetWriter, NewWorkload
 
 DEFINITION = "sampling_top_logprobs"
+# a log written by one of these engines is judged in its sampler's cut order (definitions/sampling/*_vllm.json ...)
+BY_ENGINE = {"vllm": "sampling_top_logprobs_vllm", "sglang": "sampling_top_logprobs_sglang"}
 ORIGIN = "openai-completions"
 # vLLM's and SGLang's sampling parameters that change the distribution (value when off)
 UNMODELLED = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_tokens": 0,
@@ -195,7 +197,14 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
         slots.append(where.get(token, len(tokens)))
     if problems:
         return None, problems
+    engine = record.get("engine")
+    if engine is not None and (not isinstance(engine, str) or engine.strip().lower() not in BY_ENGINE):
+        bad("/engine", f"engine must be one of {', '.join(sorted(BY_ENGINE))} (whose sampler's cut order judges "
+                       f"the line), got {engine!r}")
+        return None, problems
     provenance = {k: record[k] for k in ("prompt", "model", "position", "request_id") if k in record}
+    if engine is not None:
+        provenance["engine"] = engine.strip().lower()
     return Position(line, tuple(tokens), tuple(float(v) for v in logprobs),
                     {"temperature": float(temperature), "top_k": max(0, int(top_k)), "top_p": float(top_p),
                      "min_p": float(min_p)}, vocab, tuple(seeds), tuple(slots), provenance), []
@@ -234,8 +243,13 @@ def read_completions(path: str | os.PathLike) -> list[Position]:
     return positions
 
 
-def import_completions(src: str | os.PathLike, dst: str | os.PathLike, *, dry_run: bool = False) -> CompletionsResult:
+def import_completions(src: str | os.PathLike, dst: str | os.PathLike, *, dry_run: bool = False,
+                       engine: str | None = None) -> CompletionsResult:
     """Write each line of a completions JSONL as a ``sampling_top_logprobs`` workload into DST (created if missing).
+
+    A line that says ``"engine": "vllm"`` (or ``"sglang"``), or every line when ``engine`` is given, is a
+    workload of ``sampling_top_logprobs_<engine>``, judged in that engine's cut order; others are judged
+    under every order (positions where the orders differ are excluded).
 
     Raises:
         ProblemsFound: the file has bad lines (all of them listed); nothing is written.
@@ -243,15 +257,21 @@ def import_completions(src: str | os.PathLike, dst: str | os.PathLike, *, dry_ru
     Example:
         >>> import_completions("server-draws.jsonl", "runs/server").added
     """
+    if engine is not None and engine.strip().lower() not in BY_ENGINE:
+        from ikdata.core.errors import UsageError
+
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(sorted(BY_ENGINE))}")
     positions = read_completions(src)
     found, _ = read_folder(shipped_folder(), origin=SHIPPED)
-    definition = found[DEFINITION]
     items = []
     for p in positions:
+        named = p.provenance.get("engine") or (engine.strip().lower() if engine else None)
+        definition = found[BY_ENGINE[named] if named else DEFINITION]
         inputs = {"logprobs": np.asarray(p.logprobs, np.float32), "temperature": p.settings["temperature"],
                   "top_k": p.settings["top_k"], "top_p": p.settings["top_p"], "min_p": p.settings["min_p"],
                   "vocab_size": p.vocab_size, "seeds": np.asarray(p.seeds, np.int64)}
-        provenance = {**p.provenance, "origin": ORIGIN, "operation": "completions",
+        provenance = {**p.provenance, **({"engine": named} if named else {}), "origin": ORIGIN,
+                      "operation": "completions",
                       "variant": f"{Path(src).name}:{p.line}", "listed_tokens": [str(t) for t in p.tokens]}
         items.append(NewWorkload(definition, inputs, {"samples": np.asarray(p.slots, np.int64)}, provenance))
     draws = sum(len(p.slots) for p in positions)
@@ -270,4 +290,4 @@ def import_completions(src: str | os.PathLike, dst: str | os.PathLike, *, dry_ru
     return CompletionsResult(str(src), str(dst), tuple(r.row.uuid for r in results), draws, False, writer.commit())
 
 
-__all__ = ["CompletionsResult", "DEFINITION", "Position", "import_completions", "parse_line", "read_completions"]
+__all__ = ["BY_ENGINE", "CompletionsResult", "DEFINITION", "Position", "import_completions", "parse_line", "read_completions"]
