@@ -5,9 +5,11 @@ files stay the source of truth, and nothing in the index is believed until the f
 
 - **Only ours is opened.** The index is used only when it is a regular file inside the
   dataset (never a link, a FIFO or a hard link), marked as an ikdata index (SQLite
-  ``application_id`` and ``user_version``) and carrying a tag made with a per-user key kept
-  outside the dataset (``$IKDATA_CACHE_DIR/index-key``). An index someone planted, even one
-  in the right format, has no such tag and is rebuilt; a link, a special file or an SQLite
+  ``application_id`` and ``user_version``) and carrying a tag of its own, made with a per-user key
+  kept outside the dataset (``$IKDATA_CACHE_DIR/index-key``) over the dataset folder, the index
+  file's inode and a random nonce. An index someone planted, even one in the right format or a copy
+  of another index of the same user, has no such tag and is rebuilt; index files are private to
+  their user (mode 0600); a link, a special file or an SQLite
   database of something else is never opened, written or dropped: the caller reads the files.
 - **Rebuilt aside.** A new index is built in a temp file in the dataset and renamed over the
   old one, so no table of a file ikdata did not create is ever dropped.
@@ -540,8 +542,12 @@ def _read_key(path: Path) -> bytes:
     return data
 
 
-def _owner_tag(key: bytes) -> str:
-    return hashlib.blake2b(FORMAT.encode(), key=key, digest_size=32).hexdigest()
+def _owner_tag(key: bytes, path: Path, st: os.stat_result, nonce: str) -> str:
+    """The tag of one index: the user's key over the format, the dataset folder, the index file's device and
+    inode and the index's own random nonce. A copy of the index (another inode) or the index of another
+    dataset never carries it, so no index of the user passes for another."""
+    bound = "\0".join((FORMAT, os.path.realpath(path.parent), str(st.st_dev), str(st.st_ino), nonce))
+    return hashlib.blake2b(bound.encode(), key=key, digest_size=32).hexdigest()
 
 
 def _refusal(path: Path, code: str, message: str) -> ProblemsFound:
@@ -606,10 +612,12 @@ def _open_ours(path: Path, st: os.stat_result, key: bytes) -> sqlite3.Connection
         return None
     connection = sqlite3.connect(path, isolation_level=None, timeout=60, check_same_thread=False)
     try:
-        if connection.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID \
-                or connection.execute("PRAGMA user_version").fetchone()[0] != VERSION \
-                or dict(connection.execute("SELECT key, value FROM meta")) != {"format": FORMAT,
-                                                                                "owner": _owner_tag(key)}:
+        meta = dict(connection.execute("SELECT key, value FROM meta")) \
+            if connection.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID \
+            and connection.execute("PRAGMA user_version").fetchone()[0] == VERSION else {}
+        nonce = meta.get("nonce")
+        if not isinstance(nonce, str) or meta != {"format": FORMAT, "nonce": nonce,
+                                                  "owner": _owner_tag(key, path, st, nonce)}:
             connection.close()
             return None
         connection.execute("PRAGMA journal_mode=WAL")
@@ -625,11 +633,15 @@ def _build(root: Path, path: Path, key: bytes, files: dict[str, str]) -> tuple[I
     (which replaces a file or link there; it never writes into one)."""
     import tempfile
 
+    import secrets
+
     fd, temp = tempfile.mkstemp(prefix=".tmp-index-", suffix=".sqlite", dir=root)  # O_EXCL: never a link
     try:
-        os.fchmod(fd, 0o644)  # a copy of the dataset by another user still reads it; only its owner writes it
+        os.fchmod(fd, 0o600)  # private to its user (SQLite gives the WAL and shared memory the same mode)
+        built = os.fstat(fd)  # the inode the index keeps when renamed into place: part of its tag
     finally:
         os.close(fd)
+    nonce = secrets.token_hex(16)
     try:
         connection = sqlite3.connect(temp, isolation_level=None, timeout=60, check_same_thread=False)
         try:
@@ -640,7 +652,8 @@ def _build(root: Path, path: Path, key: bytes, files: dict[str, str]) -> tuple[I
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 connection.execute(statement)
             connection.executemany("INSERT INTO meta VALUES (?, ?)",
-                                   [("format", FORMAT), ("owner", _owner_tag(key))])
+                                   [("format", FORMAT), ("nonce", nonce),
+                                    ("owner", _owner_tag(key, path, built, nonce))])
             connection.execute("COMMIT")
             result = Index(Path(root), connection, files).refresh()
             connection.execute("PRAGMA journal_mode=WAL")
