@@ -381,7 +381,8 @@ def parse_definition(path: Path, *, origin: str, display: str | None = None) -> 
         data = read_definition_bytes(path)
         if data is None:
             return None, [Problem(display, f"definition file is larger than {MAX_DEFINITION_BYTES} bytes "
-                                  f"({MAX_DEFINITION_BYTES >> 20} MiB); not read. Expected one definition, its reference "
+                                  f"({MAX_DEFINITION_BYTES >> 20} MiB); not read. Expected one definition, its "
+                                  f"reference "
                                   f"under {MAX_REFERENCE_CHARS} characters", code="too-large")]
         record = orjson.loads(data)
     except (orjson.JSONDecodeError, OSError) as exc:
