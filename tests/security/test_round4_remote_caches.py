@@ -58,7 +58,8 @@ def _poison(url: str, hub, extra: list[str]) -> None:
 
 
 def _decision(result) -> dict:
-    return {k: v for k, v in result.to_dict().items() if k not in ("url", "checked", "trusted_by_size", "cache_ignored")}
+    left_out = ("url", "checked", "trusted_by_size", "cache_ignored")
+    return {k: v for k, v in result.to_dict().items() if k not in left_out}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
