@@ -32,8 +32,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
 import sys
-from typing import Any
+import threading
+from typing import Any, Mapping, Sequence
 
 TEMPLATE = "sampling_logits_f32"
 OPERATION = "transformers.GenerationMixin._sample"
@@ -325,6 +327,89 @@ def _patch_assisted(cap: Any, mixin: Any) -> None:
     cap._patches.append((mixin, "_assisted_decoding", original))
 
 
+class _Calls:
+    """Per capturer: each request's sampler calls seen and kept, per definition (what :func:`record_sampler`
+    reports when capture ends)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[tuple[str, Any], int] = {}
+        self.kept: dict[tuple[str, Any], int] = {}
+
+    def next(self, key: tuple[str, Any]) -> int:
+        with self.lock:
+            index = self.seen.get(key, 0)
+            self.seen[key] = index + 1
+            return index
+
+    def keep(self, key: tuple[str, Any]) -> None:
+        with self.lock:
+            self.kept[key] = self.kept.get(key, 0) + 1
+
+    def dropped(self) -> list[str]:
+        """One line per request whose calls were not all kept."""
+        with self.lock:
+            return [f"kept {self.kept.get(key, 0)} of {n} call(s) of {key[0]} in request {key[1]!r} (the rest "
+                    "were not selected: --steps, a budget, a definition stopped, or the same step recorded "
+                    "already; the census names the reason)" for key, n in sorted(self.seen.items(), key=str)
+                    if self.kept.get(key, 0) < n]
+
+
+_CALLS: dict[int, _Calls] = {}
+_CALLS_LOCK = threading.Lock()
+
+
+def _calls_of(cap: Any) -> _Calls:
+    with _CALLS_LOCK:
+        found = _CALLS.get(id(cap))
+        if found is None or getattr(cap, "_ikdata_sampling_calls", None) is not found:
+            found = _CALLS[id(cap)] = _Calls()
+            cap._ikdata_sampling_calls = found
+
+            def report() -> None:
+                for line in found.dropped():
+                    sys.stderr.write(f"ikdata capture [{os.getpid()}]: sampling: {line}\n")
+                sys.stderr.flush()
+
+            cap.on_shutdown.append(report)
+        return found
+
+
+def record_sampler(api: Any, inputs: Mapping[str, Any], samples: Any, *, operation: str, vocab: int,
+                   order: str, request_ids: Sequence[Any] | None = None, decode_steps: Sequence[int] | None = None,
+                   processors: Sequence[Mapping[str, Any]] = (), definition: str = TEMPLATE) -> bool:
+    """Record one call of an engine's sampler from an ``--adapter`` (the template ``sampling_logits_f32``).
+
+    Each call in a request is a step of its own: a per-request counter numbers them (0, 1, ...), unless every
+    row names the same decode step, so a decode loop keeps every call instead of one per request. The rows
+    carry their own request id and decode step (``request_ids``, ``decode_steps``: one per row, recorded in
+    the receipt's ``rows``), so a batch that mixes requests stays traceable. Calls that are still not kept
+    (not selected, over a budget) are counted and reported per request when capture ends.
+    """
+    from ikdata.capture.context import step as step_context
+
+    req = api.tracker.current_request()
+    request_id = req.request_id if req is not None else None
+    calls = _calls_of(api)
+    key = (definition, request_id)
+    index = calls.next(key)
+    steps = [int(s) for s in decode_steps] if decode_steps is not None else None
+    if steps is not None and len(set(steps)) == 1:
+        index = steps[0]
+    provenance: dict[str, Any] = {"sampler": {"order": order, "processors": [dict(p) for p in processors],
+                                              "unknown": [str(p.get("name")) for p in processors
+                                                          if not p.get("declared")]}}
+    if request_ids is not None or steps is not None:
+        provenance["rows"] = {"request_id": [r if isinstance(r, (int, str)) else str(r) for r in request_ids]
+                              if request_ids is not None else None, "decode_step": steps}
+    with step_context(index):
+        kept = api.record(definition, inputs, {"samples": samples}, operation=operation, fills={"V": int(vocab)},
+                          provenance=provenance)
+    if kept:
+        calls.keep(key)
+    return bool(kept)
+
+
 def install(cap: Any) -> None:
     """Capture Hugging Face ``generate``'s sampler: patch now if transformers is loaded, else when it loads."""
     if _WATCHED in sys.modules:
@@ -345,4 +430,5 @@ def _patch_installed() -> None:
         _patch(cap)
 
 
-__all__ = ["MODELLED", "OPERATION", "ORDER", "TEMPLATE", "assisted_mode", "declared", "expected_processors", "install", "processors_of"]
+__all__ = ["MODELLED", "OPERATION", "ORDER", "TEMPLATE", "assisted_mode", "declared", "expected_processors", "install",
+           "processors_of", "record_sampler"]
