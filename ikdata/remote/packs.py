@@ -2,10 +2,11 @@
 
 A remote keeps packs where a dataset does (``blob/packs/<pack-digest>.safetensors`` and its
 ``.index.json``, see :mod:`ikdata.core.packs`); the index, written after its pack, publishes it.
-What a remote pack holds is read from its index: the local dataset's own copy of that index (a pack
-is named by the sha256 of its bytes, so the same name is the same pack), else the per-user cache
-of remote indexes, else one GET (then cached). An index is untrusted input like every remote
-object: it is checked against its schema and the pack's listed size, and every member fetched
+What a remote pack holds is read from its index as that remote serves it: one GET, spared only when
+the remote's own listing (S3 ETag, Hub content id) shows that the local dataset's copy of that index,
+or this remote's entry in the per-user cache (:class:`IndexCache`), holds its very bytes. A cache
+is a hint, never evidence: keyed by the remote and checked against it, one remote's entries never
+answer for another. An index is untrusted input like every remote object: it is checked against its schema and the pack's listed size, and every member fetched
 through it is rehashed against its digest before it lands, so a lying index costs a refusal,
 never a wrong tensor.
 
