@@ -335,18 +335,23 @@ class Dataset:
 
     def blob_references(self) -> BlobReferences:
         """Which blobs the rows and receipts use (:func:`blob_paths` of every record), one pass,
-        no schema checks: what gc keeps, what a pull fetches, what stats counts."""
-        uses: Counter = Counter()
+        no schema checks: what a pull fetches, what stats counts."""
         problems: list[Problem] = []
+        uses = Counter(self.iter_blob_references(problems))
+        return BlobReferences(uses, tuple(problems))
+
+    def iter_blob_references(self, problems: list[Problem]) -> Iterator[str]:
+        """Every blob path the rows, receipts, trajectories and model records name, once per use,
+        streamed (gc builds its set from it without holding the uses); unreadable lines are
+        appended to ``problems``."""
         for path in self.workload_files() + self.receipt_files():  # streamed: no file is held whole
             for _, record in jsonl.iter_records(path, problems, display=self.rel(path)):
-                uses.update(blob_paths(record))
+                yield from blob_paths(record)
         from ikdata.diffusion.trajectories import referenced_paths  # diffusion trajectories and stored models
 
         more, more_problems = referenced_paths(self.root)
-        uses.update(more)
+        yield from more
         problems += more_problems
-        return BlobReferences(uses, tuple(problems))
 
     def receipts(self, *, validate: bool = True) -> Iterator[Receipt]:
         """Every receipt. Invalid ones are reported in ``self.problems``, not yielded."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ikdata.core import manifest
+from ikdata.core.blob_set import BlobPathSet, BlobPathSetBuilder
 from ikdata.core.dataset import Dataset
 from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.core.layout import clear_gc_mark, mark_gc
@@ -54,18 +55,19 @@ class GcResult:
                 "dataset_id": self.dataset_id}
 
 
-def referenced_blobs(root: Path) -> set[str]:
-    """Dataset-relative paths of every blob a row or receipt names.
+def referenced_blobs(root: Path) -> BlobPathSet:
+    """Dataset-relative paths of every blob a row, receipt, trajectory or model record names, normalised
+    (a row that names a blob by a roundabout path still keeps it; validate reports the path), in about
+    32 bytes per distinct blob (:class:`~ikdata.core.blob_set.BlobPathSet`).
 
     Raises:
         ProblemsFound: a row or receipt file has unreadable lines.
     """
     ds = Dataset.open(root)
-    references = ds.blob_references()
-    problems = list(references.problems) + ds.problems  # unreadable lines, record files refused by the path rule
-    # Normalised, so a row that names a blob by a roundabout path still keeps it (validate reports the path).
-    found = {os.path.normpath(path).replace(os.sep, "/") for path in references.paths}
-    if references.problems:
+    unreadable: list = []
+    found = BlobPathSet.build(ds.iter_blob_references(unreadable))
+    problems = unreadable + ds.problems  # unreadable lines, record files refused by the path rule
+    if unreadable:
         raise ProblemsFound(problems, f"{root}: gc refused: {len(problems)} unreadable line(s) might reference "
                             f"blobs; run 'ikdata repair {root}' first")
     if problems:
@@ -105,7 +107,7 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
         cutoff = time.time() - grace_minutes * 60
         deleted, young = [], []
         freed = kept = 0
-        kept_loose = set()
+        kept_loose = BlobPathSetBuilder()
         for rel, size, _ in Dataset.open(root).store.scan_blobs():  # loose blobs; packs below
             if rel in used:
                 kept += 1
@@ -124,7 +126,7 @@ def collect_garbage(path: str | os.PathLike, *, dry_run: bool = False,
                 (root / rel).unlink(missing_ok=True)
         problems = ()
         if (root / PACK_DIR).is_dir():  # packed blobs (ikdata.core.packs): whole packs go, mixed ones are rewritten
-            packs = collect_packs(root, used, kept_loose, cutoff, dry_run=dry_run)
+            packs = collect_packs(root, used, kept_loose.finish(), cutoff, dry_run=dry_run)
             deleted += packs.deleted
             freed += packs.freed
             kept += packs.kept

@@ -13,6 +13,7 @@ Descriptors and the manifest's blob set do not change either way.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -274,7 +275,7 @@ class PackGarbage:
     problems: tuple[Problem, ...] = ()
 
 
-def collect_packs(root: Path, used: set[str], kept_loose: set[str], cutoff: float, *,
+def collect_packs(root: Path, used: Collection[str], kept_loose: Collection[str], cutoff: float, *,
                   dry_run: bool) -> PackGarbage:
     """Remove what no referenced tensor needs from the packs (gc holds the exclusive lock).
 
