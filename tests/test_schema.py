@@ -113,6 +113,8 @@ VALID = {
                          "input_metadata": {"kwarg_eps": 1e-6}, "output_metadata": {},
                          "tensor_info": {"input_tensor_keys": ["arg_0", "kwarg_weight"],
                                          "output_tensor_keys": ["result"]}}],
+    "origin": [{"format": "ikdata-origin/1", "how": "clone", "source": "s3://bucket/gemm", "id": "a" * 64,
+                "at": 1764750000.5, "ikdata_version": "0.1.0"}],
 }
 REPLACEMENTS = [None, True, False, 0, -1, 1.0, 2.5, "", "x", "urn:ikdata", [], [1], {}, {"type": "random"},
                 "a" * 64, "1/2"]

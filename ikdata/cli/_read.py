@@ -114,10 +114,13 @@ def lineage(path, key: str | None, dot: bool, o: out.Output) -> int:
         else:
             for node_id, node in found.nodes.items():
                 out.info(f"{node_id[:12]} {node.name or '(no name)'}" + (f" ({node.path})" if node.path else ""))
+                if node.cloned:
+                    out.info(f"  {_cloned(node.cloned)}")
                 for parent in node.parents:
                     out.info(f"  <- {parent['id'][:12]} by {parent.get('how', '?')} at {_when(parent.get('at'))}"
                              f" from {parent.get('source', '?')}")
-        return 0
+        o.problems(found.problems)
+        return 1 if found.problems else 0
     chains = trace(path, key)
     if not o.human:
         o.result([c.to_dict() for c in chains])
@@ -141,11 +144,18 @@ def lineage(path, key: str | None, dot: bool, o: out.Output) -> int:
         for hop in chain.imports:
             out.info(f"  imported: from {hop['from'][:12]} ({hop.get('source', '?')}) by {hop.get('how', 'import')} "
                      f"at {_when(hop.get('at'))}")
+        if chain.cloned:
+            out.info(f"  {_cloned(chain.cloned)}")
         for check in chain.validations:
             metrics = check.get("metrics")
             out.info(f"  validated: {check.get('status')} on {check.get('device', '?')} "
                      f"(torch {check.get('torch', '?')}; {check['from']})" + (f": {_metrics(metrics)}" if metrics else ""))
     return 0
+
+
+def _cloned(note: dict) -> str:
+    """``cloned from SOURCE (id 3f2a9c..., at TIME)``: where the dataset was copied from."""
+    return f"cloned from {note['source']} (id {note['id'][:12]}, at {_when(note.get('at'))})"
 
 
 _REQUEST_SHOWN = 2000  # characters of a request payload in the text output; --json has all of it

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # jsonschema is imported when a record fails (to explain it):
     from referencing import Registry
 
 KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "trajectory", "model",
-         "pack-index", "flashinfer-call", "census")
+         "pack-index", "flashinfer-call", "census", "origin")
 
 
 def package_folder(package: str):

@@ -4,7 +4,7 @@ A workload's chain, in order: its capture receipt (engine, model, request, step,
 module, process, host, time) and the request payload the engine served (the body a
 ``--request-file`` named as ``request``); every import hop (from which dataset id, when,
 how); every validation (the one each import attached, and the cases of the dataset's own
-replay report).
+replay report); and, for a clone, where the copy came from (its local note, :mod:`ikdata.core.origin`).
 """
 
 from __future__ import annotations
@@ -47,18 +47,25 @@ class Chain:
     uses: tuple[str, ...] = ()
     request: Any = None
     call: dict[str, Any] | None = None  # the pipeline call (trajectory) this workload is a step of
+    cloned: dict[str, Any] | None = None  # the dataset is a clone: from where, which id, when
 
     def to_dict(self) -> dict:
         return {"uuid": self.uuid, "definition": self.definition, "row": self.row, "capture": self.capture,
                 "request": self.request, "call": self.call, "imports": list(self.imports),
-                "validations": list(self.validations), "uses": list(self.uses)}
+                "validations": list(self.validations), "uses": list(self.uses), "cloned": self.cloned}
 
 
 def trace(path: str | os.PathLike, key: str) -> list[Chain]:
-    """:func:`_trace`, each chain with the pipeline call it is a step of (a diffusion trajectory), if any."""
+    """:func:`_trace`, each chain with the pipeline call it is a step of (a diffusion trajectory), if any, and
+    where the dataset was cloned from, if it is a clone."""
     import dataclasses
 
+    from ikdata.core.origin import read_origin
+
     chains = _trace(path, key)
+    origin, _ = read_origin(path)  # a broken note: said by the graph (ikdata lineage DIR), not per workload
+    if origin is not None:
+        chains = [dataclasses.replace(c, cloned=origin.to_dict()) for c in chains]
     if not (Path(path) / "trajectories").is_dir():  # only a dataset with trajectories pays for their modules
         return chains
     from ikdata.diffusion.trajectories import files
@@ -216,12 +223,14 @@ def _report_cases(ds: Dataset) -> dict[str, list[dict]]:
 
 @dataclass(frozen=True)
 class Node:
-    """A dataset in the parent graph: its id, name, and parents (each with when and how)."""
+    """A dataset in the parent graph: its id, name, parents (each with when and how), and for a clone on this
+    machine, where it was copied from (``cloned``: how, source, id, at)."""
 
     id: str
     name: str
     parents: tuple[dict, ...] = ()
     path: str | None = None
+    cloned: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -230,10 +239,12 @@ class Graph:
 
     root: str
     nodes: dict[str, Node] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)  # a clone note that cannot be read
 
     def to_dict(self) -> dict:
-        return {"root": self.root, "nodes": {i: {"name": n.name, "path": n.path, "parents": list(n.parents)}
-                                             for i, n in self.nodes.items()}}
+        return {"root": self.root, "nodes": {i: {"name": n.name, "path": n.path, "parents": list(n.parents),
+                                                 "cloned": n.cloned} for i, n in self.nodes.items()},
+                "problems": [p.to_dict() for p in self.problems]}
 
     def to_dot(self) -> str:
         """Graphviz source: an edge from each dataset to each of its parents."""
@@ -243,6 +254,11 @@ class Graph:
             for parent in node.parents:
                 label = f"{parent.get('how', '')} {_when(parent.get('at'))}".strip()
                 lines.append(f'  "{node_id[:12]}" -> "{parent["id"][:12]}" [label="{_escape(label)}"];')
+            if node.cloned:
+                source = node.cloned["source"]
+                lines.append(f'  "{_escape(source)}" [shape=note];')
+                lines.append(f'  "{node_id[:12]}" -> "{_escape(source)}" [style=dashed, '
+                             f'label="clone {_when(node.cloned["at"])}"];')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -255,6 +271,7 @@ def graph(path: str | os.PathLike) -> Graph:
         UsageError: the folder has no manifest.
     """
     from ikdata.core import manifest
+    from ikdata.core.origin import read_origin
 
     root = Path(path)
     held = manifest.read(root) if root.is_dir() else None
@@ -268,7 +285,11 @@ def graph(path: str | os.PathLike) -> Graph:
         if node_id in result.nodes:
             continue
         parents = tuple(record.get("parents") or ())
-        result.nodes[node_id] = Node(node_id, record.get("name", "?"), parents, where)
+        origin, problems = read_origin(where)
+        result.problems.extend(Problem(str(Path(where) / p.path), p.message, p.line, p.pointer, p.code)
+                               for p in problems)
+        result.nodes[node_id] = Node(node_id, record.get("name", "?"), parents, where,
+                                     origin.to_dict() if origin is not None else None)
         for parent in parents:
             source = parent.get("source")
             found = manifest.read(source) if source and Path(source).is_dir() and \

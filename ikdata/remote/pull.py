@@ -348,6 +348,11 @@ def clone(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = 
         remote = read_remote(backend)
         staging = _staging(dest, "clone", remote[2])
         snap = fetch_snapshot(backend, staging, jobs=jobs, progress=progress, remote=remote)
+    from ikdata.core.origin import write_origin
+    from ikdata.remote.url import is_url
+
+    source = url if is_url(url) else str(Path(url).resolve())  # a folder: absolute, wherever lineage runs
+    write_origin(staging, source, snap.remote_id)  # where the copy came from: local state, the id is unchanged
     if dest.exists():
         dest.rmdir()
     dest.parent.mkdir(parents=True, exist_ok=True)
