@@ -235,8 +235,9 @@ def processor_lines(cases: Iterable[Mapping[str, Any]]) -> list[str]:
     lines = []
     for (name, digest, accepted), e in sorted(found.items()):
         if e["measured"]:
-            did = (f"removed {e['removed'] / e['measured']:.1%} of the mass before it on average ({e['removed_max']:.1%} "
-                   f"at most) and moved TV {e['tv'] / e['measured']:.3f} on average ({e['tv_max']:.3f} at most)")
+            did = (f"removed {e['removed'] / e['measured']:.1%} of the mass before it on average "
+                   f"({e['removed_max']:.1%} at most) and moved TV {e['tv'] / e['measured']:.3f} on average "
+                   f"({e['tv_max']:.3f} at most)")
         else:
             did = "what it removed was not measured at capture"
         state = ("accepted by the definition (judge.accept_processors): its part is not checked" if accepted else

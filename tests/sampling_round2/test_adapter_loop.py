@@ -30,7 +30,8 @@ def _on_sampler(api, module, args, kwargs, out):
     logits, meta = args
     b = logits.shape[0]
     inputs = {"logits": logits.float(), "context": meta["context"], "pad": torch.zeros(b, dtype=torch.int64),
-              "generated": meta["steps"], "temperature": meta["temperature"], "top_k": torch.zeros(b, dtype=torch.int64),
+              "generated": meta["steps"], "temperature": meta["temperature"],
+              "top_k": torch.zeros(b, dtype=torch.int64),
               "top_p": torch.ones(b), "min_p": torch.zeros(b), "typical_p": torch.ones(b), "epsilon": torch.zeros(b),
               "eta": torch.zeros(b), "repetition_penalty": torch.ones(b), "presence_penalty": torch.zeros(b),
               "frequency_penalty": torch.zeros(b), "no_repeat_ngram": torch.zeros(b, dtype=torch.int64),
