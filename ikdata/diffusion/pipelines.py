@@ -91,9 +91,14 @@ def combinations(settings: dict[str, Any], ratios: list[int] | int) -> list[Comb
     return found
 
 
+def _up(t: torch.Tensor) -> torch.Tensor:
+    """At least float32, as the pipelines guide; float64 stays (the higher-precision reference of a float32 run)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def _plain(g: float, r: float) -> Callable:
     def plain(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        uncond, cond = raws[0].float().chunk(2)  # LTX, SD-style: on the velocity / noise prediction
+        uncond, cond = _up(raws[0]).chunk(2)  # LTX, SD-style: on the velocity / noise prediction
         return _rescale(uncond + g * (cond - uncond), cond, r)
 
     return plain
@@ -101,7 +106,7 @@ def _plain(g: float, r: float) -> Callable:
 
 def _x0_form(g: float, r: float) -> Callable:
     def x0_form(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        uncond, cond = raws[0].float().chunk(2)  # LTX-2: on the x0 prediction, in delta form, rescaled there
+        uncond, cond = _up(raws[0]).chunk(2)  # LTX-2: on the x0 prediction, in delta form, rescaled there
         cond_x0, uncond_x0 = x - cond * sigma, x - uncond * sigma
         guided = cond_x0 + (g - 1) * (cond_x0 - uncond_x0)
         return (x - _rescale(guided, cond_x0, r)) / sigma

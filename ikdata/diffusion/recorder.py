@@ -245,16 +245,18 @@ class TrajectoryRecorder:
 
         same = False
         layout = None
-        if isinstance(generator, torch.Generator) and generator.device.type == "cpu" and drawn.dtype == torch.float32:
+        if isinstance(generator, torch.Generator) and generator.device.type == "cpu" and drawn.is_floating_point():
             recipe = noise_mod.draw(generator.initial_seed(), [noise_mod.Stream(f"s{k}", tuple(d.shape))
                                                               for k, (_, d) in enumerate(self.draws[:order + 1])])
             layout = _matches_packed(self.pipe, stream, sample, drawn)
-            same = torch.equal(recipe[f"s{order}"], drawn) and layout is not None
-            if not torch.equal(recipe[f"s{order}"], drawn) and not self.noise_reason:
+            # a pipeline in bf16/fp16 draws in its dtype: torch.randn then gives the float32 recipe's numbers rounded
+            as_drawn = torch.equal(recipe[f"s{order}"].to(drawn.dtype), drawn)
+            same = as_drawn and layout is not None
+            if not as_drawn and not self.noise_reason:
                 self.noise_reason = (f"stream {stream!r}: the noise drawn is not the recipe's for the generator's seed "
                                      f"{generator.initial_seed()} (something was drawn from the generator first)")
         elif not self.noise_reason:
-            self.noise_reason = "the noise was not drawn as float32 from a CPU torch.Generator"
+            self.noise_reason = "the noise was not drawn as floating point numbers from a CPU torch.Generator"
         if not same and not self.noise_reason:
             self.noise_reason = (f"stream {stream!r}: the first latents are not the drawn noise as drawn, packed by the "
                                  "pipeline's _pack_latents, or times the scheduler's init_noise_sigma (the pipeline "

@@ -167,6 +167,8 @@ class _Context:
         self._tensors: dict[str, torch.Tensor] = {}  # digest -> verified tensor (conditioning, x = last x_next)
         self._cached_bytes = 0
         self.models: dict[str, dict[str, Any]] = {}  # model digest -> {"record", "state_dict"}
+        self.higher_models: dict[str, dict[str, Any]] = {}  # "digest@dtype" -> the model in a higher precision
+        self.no_higher: set[tuple] = set()  # (model digest, dtype) that could not run in the higher precision
 
     def tensor(self, ref: Mapping[str, Any] | TensorRef, where: str) -> torch.Tensor:
         if not isinstance(ref, TensorRef):
@@ -217,6 +219,7 @@ def _model(ctx: _Context, record: Mapping[str, Any], where: str | None = None,
     if model.stored:
         state = {n: ctx.hooks.load_tensor(ctx.run, TensorRef(p), model.source)[0]
                  for n, p in model.blob_paths().items()}
+        models.check_buildable(model, state)  # class, shapes and config checked before anything is built
         ctx.models[model.digest] = {"record": dict(model.record), "state_dict": state}
         return ctx.models[model.digest]
     pipe = ctx.pipeline()
@@ -231,6 +234,7 @@ def _model(ctx: _Context, record: Mapping[str, Any], where: str | None = None,
     if digest != model.digest:
         raise RecordError(f"the --pipeline denoiser has weights {digest[:12]}, the trajectory's are "
                           f"{model.digest[:12]}: other weights, refused", path=model.source)
+    models.check_buildable(model, state)
     return {"record": dict(model.record), "state_dict": state}
 
 
@@ -256,7 +260,7 @@ def judge(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         return case
     measures["workloads"] = workloads
     verdict = rules.decide(measures)
-    measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"],
+    measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"], detectable=verdict["detectable"],
                     steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])
     case.update(status=verdict["status"], trajectory=measures, seconds=time.perf_counter() - started)
     if verdict["reason"]:
@@ -464,7 +468,9 @@ def _continuity(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]
 def _noise(ctx: _Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[str, Any]:
     """Each stream's first x against the recipe's noise for the recorded seed, compared as a multiset of
     values (the pipeline may pack the latents into another layout), as drawn or scaled by the reference
-    scheduler's ``init_noise_sigma`` (Euler and the other sigma schedulers start from noise times it)."""
+    scheduler's ``init_noise_sigma`` (Euler and the other sigma schedulers start from noise times it). In the
+    pipeline's dtype: the float32 recipe cast to the first x's dtype (what ``torch.randn(..., dtype=bf16)``
+    draws from the same generator), scaled in that dtype."""
     record = traj.record
     noise, where = record["noise"], f"{traj.source}:{traj.line}"
     seed = ctx.settings.seed if ctx.settings.seed is not None else noise.get("seed")
@@ -484,10 +490,12 @@ def _noise(ctx: _Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[
             found[stream] = {"equal": None, "note": "cannot decide: step 0 of the stream is not captured, or the "
                                                     "pipeline drew no noise from a generator for it"}
             continue
-        x = ctx.tensor(first[0]["x"], where).float().flatten().sort().values
-        candidates = [("sorted values", drawn[stream])]
-        if float(sigma) != 1.0:
-            candidates.append(("sorted values, times init_noise_sigma", drawn[stream] * sigma))
+        first_x = ctx.tensor(first[0]["x"], where)
+        x = first_x.float().flatten().sort().values
+        recipe = drawn[stream].to(first_x.dtype)  # a bf16 pipeline draws the recipe's numbers rounded: cast them
+        candidates = [("sorted values", recipe)]
+        if float(sigma) != 1.0:  # the pipeline scales the noise in its own dtype
+            candidates.append(("sorted values, times init_noise_sigma", recipe * sigma))
         best: dict[str, Any] | None = None
         for method, tensor in candidates:
             want = tensor.float().flatten().sort().values
@@ -496,7 +504,8 @@ def _noise(ctx: _Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[
                                 "note": f"the first x has {x.numel()} values, the recipe's noise {want.numel()}"}
                 continue
             equal = bool(torch.equal(x, want))
-            item = {"equal": equal, "rel": 0.0 if equal else _rel(x, want), "method": method}
+            item = {"equal": equal, "rel": 0.0 if equal else _rel(x, want), "method": method,
+                    **({"dtype": str(first_x.dtype)} if first_x.dtype != torch.float32 else {})}
             if best is None or equal or (not best["equal"] and item["rel"] < best["rel"]):
                 best = item
             if equal:
@@ -648,6 +657,7 @@ def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[
     raw_ref = [_forward(ctx, d, fed[c], model, settings.reference_attention) for c, (d, _, _) in enumerate(calls)]
     raw_alt = [_forward(ctx, d, fed[c], model, settings.alt_attention) for c, (d, _, _) in enumerate(calls)] \
         if settings.alt_attention else None
+    raw_hi, higher = _higher_forwards(ctx, calls, fed, model, measures)
     engine_raw = [raw for _, _, raw in calls]
     sigma_ref = reference[index][0] if index < len(reference) else None
     rows = []
@@ -670,14 +680,63 @@ def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[
         if measures["level"] != level and "mixed levels" not in measures["notes"]:
             measures["notes"].append("mixed levels")
         chain, chain_reason = _chain(ctx, sched, index, step, out_eng, x, x_next, where)
-        rows.append({"index": index, "stream": stream, "dtype": str(x.dtype), "level": level,
-                     "combination": combination.name if combination else None,
-                     "e": _rel(eng, ref), "cos": _cos(eng, ref), "f": _rel(alt, ref) if alt is not None else None,
+        if raw_hi is not None:  # e and f against the reference one precision higher; the engine dtype's rounding
+            # of the same computation (and of the alt attention) is the floor, one rounding of the output the slack
+            hi = combination.apply(streams_mod.raws(p, raw_hi), x.to(higher), sigma.to(higher)) \
+                if combination is not None else streams_mod.raws(p, raw_hi)[0]
+            floors = [_rel(ref, hi)] + ([_rel(alt, hi)] if alt is not None else [])
+            measured = {"e": _rel(eng, hi), "cos": _cos(eng, hi), "f": max(floors),
+                        "slack": _rel(hi.to(eng.dtype), hi), "e_same_dtype": _rel(eng, ref),
+                        "reference_dtype": str(higher), "norm_ref": float(hi.double().norm())}
+        else:  # no higher precision (a float64 engine, or a model that does not run in it): the attention pair
+            measured = {"e": _rel(eng, ref), "cos": _cos(eng, ref), "f": _rel(alt, ref) if alt is not None else None,
+                        "slack": 0.0, "reference_dtype": str(ref.dtype), "norm_ref": float(ref.double().norm())}
+        rows.append({"index": index, "stream": stream, "dtype": str(eng.dtype), "level": level,
+                     "combination": combination.name if combination else None, **measured,
                      "chain": chain, "chain_bound": rules.chain_bound(str(x.dtype)),
                      **({"chain_reason": chain_reason} if chain_reason else {}),
-                     "norm_ref": float(ref.double().norm()),
                      "sigma": step.get("sigma"), "sigma_ref": sigma_ref})
     return rows
+
+
+HIGHER = {torch.float32: torch.float64, torch.bfloat16: torch.float32, torch.float16: torch.float32}
+
+
+def _higher_forwards(ctx: _Context, calls: list, fed: list[dict], model: dict,
+                     measures: dict) -> tuple[list[dict] | None, torch.dtype | None]:
+    """The step's calls run by the reference one precision above the engine's (float64 for float32, float32 for
+    bf16 and fp16): weights and floating inputs cast up. None (and a note, once) when there is none above or the
+    model cannot run in it; e and f are then measured in the engine's dtype against the attention pair."""
+    dtype = next((t.dtype for t in model["state_dict"].values() if t.is_floating_point()), None)
+    higher = HIGHER.get(dtype)
+    key = (model["record"].get("digest"), str(higher))
+    if higher is None or key in ctx.no_higher:
+        return None, None
+    try:
+        up = _model_in(ctx, model, higher)
+        raws = [_forward(ctx, d, {n: _cast_up(v, higher) for n, v in fed[c].items()}, up,
+                         ctx.settings.reference_attention) for c, (d, _, _) in enumerate(calls)]
+    except Exception as exc:  # noqa: BLE001 - a model that does not run in the higher precision: judged as before
+        ctx.no_higher.add(key)
+        measures["notes"].append(f"the {higher} reference could not run ({type(exc).__name__}: {exc}); e and f are "
+                                 "measured in the engine's dtype against the attention pair")
+        return None, None
+    return raws, higher
+
+
+def _cast_up(value: Any, dtype: torch.dtype) -> Any:
+    return value.to(dtype) if torch.is_tensor(value) and value.is_floating_point() else value
+
+
+def _model_in(ctx: _Context, model: dict, dtype: torch.dtype) -> dict[str, Any]:
+    """``model`` with its floating weights in ``dtype`` (built once per model and dtype: its digest names both)."""
+    record = model["record"]
+    key = f"{record.get('digest')}@{dtype}"
+    found = ctx.higher_models.get(key)
+    if found is None:
+        state = {n: _cast_up(t, dtype) for n, t in model["state_dict"].items()}
+        found = ctx.higher_models[key] = {"record": {**record, "digest": key}, "state_dict": state}
+    return found
 
 
 def _chain(ctx: _Context, sched: Any, index: int, step: dict, out: torch.Tensor, x: torch.Tensor,

@@ -25,6 +25,13 @@ import torch
 from ikdata.diffusion import pipelines as families
 
 REBUILD_TOLERANCE = 1e-6  # the pipeline's own guidance rebuilds its out from its raw outputs to rounding
+REBUILD_ULPS = 2.0  # ... in bf16/fp16: two units of the out's dtype (the guidance may round in another order)
+_UNIT = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+
+
+def rebuild_tolerance(dtype: torch.dtype) -> float:
+    """How closely a combination must rebuild an ``out`` of ``dtype``: 1e-6 in float32, two units in bf16/fp16."""
+    return max(REBUILD_TOLERANCE, REBUILD_ULPS * _UNIT.get(dtype, 0.0))
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,7 @@ def matching(p: Plan, engine: Sequence[Mapping[str, torch.Tensor]], out: torch.T
         except RuntimeError:
             continue
         error = _rel(got.to(out.dtype), out) if got.shape == out.shape else float("inf")
-        if error <= REBUILD_TOLERANCE:
+        if error <= rebuild_tolerance(out.dtype):
             found.append((error, candidate))
     best = min((e for e, _ in found), default=None)  # the pipeline's own arithmetic rebuilds it best (bit-exact)
     return [c for e, c in found if e == best]
@@ -162,4 +169,5 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return d / nb if nb else (0.0 if d == 0 else float("inf"))
 
 
-__all__ = ["Plan", "REBUILD_TOLERANCE", "choose", "matching", "plan", "raws", "rebuild", "transforms"]
+__all__ = ["Plan", "REBUILD_TOLERANCE", "choose", "matching", "plan", "raws", "rebuild", "rebuild_tolerance",
+           "transforms"]

@@ -60,8 +60,15 @@ def notes(report: Mapping[str, Any]) -> list[str]:
             lines.append(f"{str(case['uuid'])[:12]}: the floor is degenerate (f = 0) at some steps: judged by the "
                          f"definition's tolerance {m.get('fallback_tolerance')} there")
         if m:
-            lines.append(f"{str(case['uuid'])[:12]}: floor {m['attention'].get('reference')} vs "
-                         f"{m['attention'].get('alt')}, pass when e <= {m['k']:g}*f + {m['eps']:g}")
+            steps = m.get("steps") or [{}]
+            higher = sorted({str(s.get("reference_dtype", "?")).replace("torch.", "") for s in steps})
+            lines.append(f"{str(case['uuid'])[:12]}: e and f against the {'/'.join(higher)} reference, floor in the "
+                         f"engine's dtype ({m['attention'].get('reference')}, {m['attention'].get('alt')}), pass when "
+                         f"e <= {m['k']:g}*f + {m['eps']:g} + one rounding")
+            seen = m.get("detectable")
+            if isinstance(seen, dict) and seen.get("max") is not None:
+                lines.append(f"{str(case['uuid'])[:12]}: smallest output error a step can detect: "
+                             f"{seen['min']:.2g} to {seen['max']:.2g} (relative L2)")
     return lines
 
 

@@ -185,8 +185,8 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
         "noise": {"recipe": noise_mod.RECIPE,
                   "seed": _seed(rec),
                   "streams": [{"name": s, "shape": list(d.shape)} for s, d in noise_streams],
-                  "digest": noise_mod.digest((s, tuple(d.shape), d) for s, d in noise_streams)
-                  if noise_streams and str(noise_streams[0][1].dtype) == "torch.float32" else None,
+                  "digest": _noise_digest(rec, noise_streams, check),
+                  **({"dtype": str(noise_streams[0][1].dtype)} if noise_streams else {}),
                   "check": check, "reason": rec.noise_reason if not all(check.values()) else None},
         "model": model,
         "provenance": {k: v for k, v in facts.items() if isinstance(v, (str, int, float, bool)) or v is None},
@@ -419,6 +419,21 @@ def _scheduler_extra(step: Any) -> dict:
         step.skipped["scheduler_state"] = "not recorded: " + ", ".join(extra.unrecorded)
     return {"state": described(extra.state), "step_args": dict(extra.args),
             "noise": [{"source": source, "tensor": blob.descriptor()} for source, blob in extra.noise]}
+
+
+def _noise_digest(rec: Any, noise_streams: list, check: dict) -> str | None:
+    """The recipe digest of the drawn noise: of the float32 draws themselves, or, for a pipeline that drew in
+    bf16/fp16 (the recipe's numbers rounded, as the check found), of the float32 recipe they were cast from."""
+    from ikdata.diffusion import noise as noise_mod
+
+    if not noise_streams:
+        return None
+    if all(str(d.dtype) == "torch.float32" for _, d in noise_streams):
+        return noise_mod.digest((s, tuple(d.shape), d) for s, d in noise_streams)
+    seed = _seed(rec)
+    if seed is None or not check or not all(check.values()):
+        return None
+    return noise_mod.recipe_digest(seed, [noise_mod.Stream(s, tuple(d.shape)) for s, d in noise_streams])
 
 
 def _seed(rec: Any) -> int | None:

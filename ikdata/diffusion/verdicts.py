@@ -6,8 +6,14 @@ attention kernel), the chain error, continuity, the initial noise and the decode
 module decides. The same functions decide when replay writes a case and when import re-checks one
 (:func:`recheck`), so a "passed" in a report is always recomputed from its numbers.
 
-A step passes when ``e <= k*f + eps``; a degenerate floor (``f == 0``: one kernel only) falls back to
-the definition's tolerance (``fallback``), and the report says so.
+A step passes when ``e <= k*f + eps + slack``. ``e`` and ``f`` are measured against the reference run one
+precision above the engine's (float64 for a float32 engine, float32 for bf16 and fp16): ``f`` is how far
+the reference in the engine's own dtype (and with the other exact attention) lands from it, so the floor is
+the dtype's rounding of the same computation and is never zero by a coincidence of two kernels; ``slack``
+is one rounding of the reference output to the engine's dtype (relative L2: at most the dtype's unit
+roundoff), the metric's own resolution for that tensor. A degenerate floor (``f == 0``) falls back to the
+definition's tolerance (``fallback``), and the report says so. Derivation: docs/diffusion.md "Numerics by
+dtype".
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ from typing import Any, Mapping
 
 from ikdata.core.status import Status
 
-DEFAULT_K = 4.0  # docs/diffusion.md "Judging": an exact kernel in another order stays within ~1.3 f
-DEFAULT_EPS = 1e-6  # absolute slack on a relative L2 error: float32 rounding of the metric itself
+DEFAULT_K = 2.0  # docs/diffusion.md "Numerics by dtype": honest exact kernels measured at most 1.16 f, every dtype
+DEFAULT_EPS = 0.0  # absolute slack on a relative L2 error; each step's own slack (one rounding) replaced 1e-6
 CHAIN_ULPS = 4.0  # chain error bound, in units of the latent dtype's machine epsilon
 CONTINUITY_TOLERANCE = 0.0  # x_next of step i must be x of step i+1 exactly (same digest)
 NOISE_TOLERANCE = 0.0  # the first x must be the recipe's noise exactly (as a multiset of values)
@@ -35,11 +41,16 @@ def chain_bound(dtype: str) -> float:
     return CHAIN_ULPS * _EPS_BY_DTYPE.get(dtype, 2.0 ** -7)
 
 
-def step_bound(f: float | None, *, k: float, eps: float, fallback: float) -> tuple[float, bool]:
+def unit_roundoff(dtype: str) -> float:
+    """Half the machine epsilon of ``dtype``: the largest relative error of one rounding to it."""
+    return _EPS_BY_DTYPE.get(dtype, 2.0 ** -7) / 2
+
+
+def step_bound(f: float | None, *, k: float, eps: float, fallback: float, slack: float = 0.0) -> tuple[float, bool]:
     """(bound on e, degenerate floor)."""
     if f is None or not f > 0.0:
         return fallback, True
-    return k * f + eps, False
+    return k * f + eps + slack, False
 
 
 def _num(value: Any) -> float | None:
@@ -68,9 +79,11 @@ def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
     steps = measures.get("steps") or []
     for step in steps:
         e, f, chain = _num(step.get("e")), _num(step.get("f")), _num(step.get("chain"))
-        bound, degenerate = step_bound(f, k=k, eps=eps, fallback=fallback)
+        bound, degenerate = step_bound(f, k=k, eps=eps, fallback=fallback, slack=_num(step.get("slack")) or 0.0)
         step["bound"], step["degenerate"] = bound, degenerate
         step["ratio"] = None if e is None else (e / f if f else (math.inf if e > 0 else 0.0))
+        # the smallest error added to the output (orthogonal to its rounding) that fails the step: what it can see
+        step["detectable"] = None if degenerate else math.sqrt(max(bound * bound - (f or 0.0) ** 2, 0.0))
         checks = []
         if part != "scheduler_step" and (e is None or not e <= bound):
             checks.append("e")
@@ -105,8 +118,10 @@ def decide(measures: Mapping[str, Any]) -> dict[str, Any]:
     elif isinstance(decode, Mapping) and decode.get("passed") is False:
         failures.append(f"decode check: {decode.get('reason')}")
     failures[:0] = _step_failures(steps, measures.get("scheduler"))
+    seen = [s["detectable"] for s in steps if _num(s.get("detectable")) is not None]
     return {"status": Status.FAILED if failures else Status.PASSED, "reason": "; ".join(failures) or None,
-            "first_failure": first, "worst": worst, "steps_passed": passed_steps, "steps_total": len(steps)}
+            "first_failure": first, "worst": worst, "steps_passed": passed_steps, "steps_total": len(steps),
+            "detectable": {"min": min(seen), "max": max(seen)} if seen else None}
 
 
 def _step_failures(steps: list[dict[str, Any]], scheduler: Any) -> list[str]:
@@ -160,6 +175,10 @@ def recheck(case: Mapping[str, Any]) -> list[str]:
         if _num(step.get("chain_bound")) is None or step["chain_bound"] > chain_bound(str(step.get("dtype"))):
             problems.append(f"step {step.get('index')} ({step.get('stream')}): chain bound missing or looser than "
                             "the default")
+        slack = step.get("slack", 0.0)
+        if _num(slack) is None or not 0.0 <= slack <= unit_roundoff(str(step.get("dtype"))):
+            problems.append(f"step {step.get('index')} ({step.get('stream')}): slack {slack!r} is not one rounding "
+                            f"to {step.get('dtype')} (at most its unit roundoff)")
     decode = measures.get("decode")
     if isinstance(decode, Mapping) and decode.get("psnr_mean_db") is not None:
         limits = decode.get("thresholds") or {}
@@ -250,4 +269,5 @@ def regroup(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["AUDIO_SNR_DB", "CHAIN_ULPS", "DEFAULT_EPS", "DEFAULT_K", "PSNR_CAP_DB", "PSNR_MEAN_DB", "PSNR_WORST_DB",
-           "chain_bound", "decide", "recheck", "regroup", "step_bound", "step_cases", "with_operator_facts"]
+           "chain_bound", "decide", "recheck", "regroup", "step_bound", "step_cases", "unit_roundoff",
+           "with_operator_facts"]
