@@ -99,11 +99,11 @@ def replay_command(
             "--attention", help="Diffusion: the reference's attention (sdpa, math, eager).")] = "sdpa",
         floor_attention: Annotated[str, typer.Option(
             "--floor-attention", help="Diffusion: the other exact attention the floor is measured with "
-            "(sdpa-reversed, math, eager, sdpa; 'none': no floor, the definition's tolerance).")] = "sdpa-reversed",
+            "(sdpa-reversed, math, eager, sdpa; 'none': the dtype's rounding alone).")] = "sdpa-reversed",
         floor_k: Annotated[Optional[float], typer.Option(
-            "--floor-k", help="Diffusion: a step passes when e <= k*f + eps (default 4).")] = None,
+            "--floor-k", help="Diffusion: a step passes when e <= k*f + eps + one rounding (default 2).")] = None,
         floor_eps: Annotated[Optional[float], typer.Option(
-            "--floor-eps", help="Diffusion: the eps of e <= k*f + eps (default 1e-6).")] = None,
+            "--floor-eps", help="Diffusion: the eps of e <= k*f + eps + one rounding (default 0).")] = None,
         seed: Annotated[Optional[int], typer.Option(
             "--seed", help="Diffusion: the seed the reference expects the initial noise from (default: the "
             "trajectory's).")] = None,
