@@ -10,6 +10,7 @@ whose digest differs. Torch-free: files are rehashed from their bytes.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from dataclasses import dataclass
@@ -178,6 +179,115 @@ def resolve_folder(record: ModelRecord, folder: str | os.PathLike) -> dict[str, 
     return resolved
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a model config is a few KB of settings
+
+
+def model_class(name: object) -> type:
+    """The Diffusers model class a model record names: a ``ModelMixin`` subclass that diffusers exports, never
+    anything else a name could reach (``AutoModel``, a pipeline, a function).
+
+    Raises:
+        RecordError: any other name.
+    """
+    import diffusers
+
+    found = getattr(diffusers, name, None) if isinstance(name, str) and name.isidentifier() else None
+    base = getattr(diffusers, "ModelMixin", None)
+    if not (isinstance(found, type) and base is not None and issubclass(found, base) and found is not base
+            and getattr(found, "__module__", "").startswith("diffusers.")):
+        raise RecordError(f"model class {name!r} is not a model class diffusers exports (a ModelMixin subclass); "
+                          "replay builds no other class a record names", pointer="/class")
+    return found
+
+
+class _TooLarge(Exception):
+    """The config being built registers more weights than the record holds."""
+
+
+def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements: int) -> Any:
+    """``cls.from_config(config)`` on the meta device (no memory behind any weight), stopped as soon as it
+    registers more tensors or elements than ``most_tensors`` / ``most_elements``."""
+    import torch
+    from torch.nn.modules import module as torch_module
+
+    seen = [0, 0, 0]
+
+    def parameter(_module: Any, _name: str, tensor: Any) -> None:
+        if tensor is None:
+            return
+        seen[0] += 1
+        seen[1] += int(tensor.numel())
+        if seen[0] > most_tensors or seen[1] > most_elements:
+            raise _TooLarge(f"it builds more weights than the record's {most_tensors} tensors of "
+                            f"{most_elements:,} elements")
+
+    def buffer(_module: Any, _name: str, tensor: Any) -> None:  # buffers a state dict leaves out are allowed, within
+        seen[2] += 1
+        if seen[2] > 2 * most_tensors + 64:
+            raise _TooLarge(f"it builds {seen[2]} buffers beside the record's {most_tensors} tensors")
+
+    handles = [torch_module.register_module_parameter_registration_hook(parameter),
+               torch_module.register_module_buffer_registration_hook(buffer)]
+    try:
+        with torch.device("meta"):
+            return cls.from_config(config)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def check_buildable(record: ModelRecord, state: Mapping[str, Any]) -> type:
+    """Check, before anything is allocated for it, that a model record can be built from its weights: its class
+    is a Diffusers model (:func:`model_class`), each weight's shape is the record's, and its config builds
+    exactly those tensors (built on the meta device, stopped once it registers more than the weights hold).
+    A record whose config asks for more (``block_out_channels [1024, 2048]`` beside a tiny UNet's weights)
+    is refused with the first differences, never built for real. Returns the class.
+
+    Raises:
+        RecordError: naming the record, the JSON pointer and what was expected.
+    """
+    import json
+
+    where = record.source or "model record"
+    cls = model_class(record.record.get("class"))
+    tensors = record.record["tensors"]
+    config = record.record.get("config")
+    if not isinstance(config, dict):
+        raise RecordError("config must be an object (the model's Diffusers config)", path=where, pointer="/config")
+    if len(json.dumps(config, default=str)) > MAX_CONFIG_BYTES:
+        raise RecordError(f"config holds more than {MAX_CONFIG_BYTES:,} bytes of JSON; a model's config is a few "
+                          "KB of settings", path=where, pointer="/config")
+    if set(state) != set(tensors):
+        missing, extra = sorted(set(tensors) - set(state)), sorted(set(state) - set(tensors))
+        raise RecordError(f"the weights loaded are not the record's tensors (missing {missing[:3]}, extra "
+                          f"{extra[:3]})", path=where, pointer="/tensors")
+    for name, tensor in tensors.items():
+        held = [int(d) for d in getattr(state[name], "shape", ())]
+        if held != list(tensor["shape"]):
+            raise RecordError(f"tensor {name!r} is {held} in its blob, the record says {tensor['shape']}",
+                              path=where, pointer=f"/tensors/{name}/shape")
+    elements = sum(math.prod(t["shape"]) for t in tensors.values())
+    from ikdata.core.digest import from_finite_json
+
+    try:
+        meta = _counted_build(cls, from_finite_json(dict(config)), most_tensors=len(tensors),
+                              most_elements=elements)
+    except _TooLarge as exc:
+        raise RecordError(f"config does not describe the record's weights: {exc}; refused before building it",
+                          path=where, pointer="/config") from None
+    except Exception as exc:  # noqa: BLE001 - diffusers refusing the config: the record is wrong, say so
+        raise RecordError(f"config cannot build {record.record['class']}: {type(exc).__name__}: {exc}", path=where,
+                          pointer="/config") from None
+    built = {name: [int(d) for d in t.shape] for name, t in meta.state_dict().items()}
+    wrong = [f"{name}: the config builds {built.get(name)}, the weights are {t['shape']}" for name, t in tensors.items()
+             if built.get(name) != list(t["shape"])]
+    wrong += [f"{name}: the config builds it, the record has no such tensor" for name in built if name not in tensors]
+    if wrong:
+        raise RecordError(f"config does not describe the record's weights ({len(wrong)} difference(s): "
+                          f"{'; '.join(wrong[:3])}); refused before building it", path=where, pointer="/config")
+    return cls
+
+
 def hf_cache_snapshot(repo_id: str, revision: str | None) -> Path | None:
     """The Hugging Face cache snapshot folder of ``repo_id`` at ``revision`` (offline), or None."""
     try:
@@ -189,4 +299,5 @@ def hf_cache_snapshot(repo_id: str, revision: str | None) -> Path | None:
 
 
 __all__ = ["MODELS_DIR", "DEFAULT_STORE_LIMIT", "MAX_RECORD_BYTES", "ModelRecord", "model_digest", "model_relpath",
-           "write_record", "record_refusal", "read_record", "resolve_folder", "hf_cache_snapshot"]
+           "write_record", "record_refusal", "read_record", "resolve_folder", "hf_cache_snapshot", "model_class",
+           "check_buildable", "MAX_CONFIG_BYTES"]

@@ -141,15 +141,99 @@ def encode_arguments(original: Callable, sched: Any, args: tuple, kwargs: dict) 
     return found
 
 
-def decode_arguments(recorded: dict[str, Any]) -> dict[str, Any]:
-    """``set_timesteps`` keyword arguments from :func:`encode_arguments`' record.
+MAX_STEPS = 10_000  # the most steps a schedule takes unless a record lists more (trajectories.MAX_SCHEDULE_STEPS)
+MAX_ORDER = 16  # solver orders (DPM-Solver, UniPC, DEIS use 1 to 3): a list or loop per order is made from it
+MAX_SETTING = 1 << 20  # any other integer a scheduler setting or set_timesteps argument gives
+MAX_NESTING = 4  # array values nest no deeper than this
+# the dtypes a recorded set_timesteps array may name: numbers, never a string or object dtype that sizes itself
+ARRAY_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+                          "bfloat16"})
+
+
+def _elements(values: Any, depth: int = 0) -> int | None:
+    """The numbers a nested list holds, or None when it nests deeper than :data:`MAX_NESTING` or holds
+    anything but numbers (and null, a non-finite number's tag)."""
+    if isinstance(values, list):
+        if depth >= MAX_NESTING:
+            return None
+        total = 0
+        for value in values:
+            found = _elements(value, depth + 1)
+            if found is None:
+                return None
+            total += found
+        return total
+    if values is None or isinstance(values, (bool, int, float, str)):
+        return 1
+    return None
+
+
+def _integer_problems(pointer: str, name: str, value: Any, cap: int) -> list[tuple[str, str]]:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return []
+    low = name.lower()
+    if "order" in low and value > MAX_ORDER:
+        return [(pointer, f"{name} is {value}; expected at most {MAX_ORDER} (a solver's order)")]
+    if "step" in low and value > cap:
+        return [(pointer, f"{name} is {value}; expected at most {cap:,} (no schedule takes more)")]
+    if abs(value) > MAX_SETTING:
+        return [(pointer, f"{name} is {value}; expected at most {MAX_SETTING:,} in size")]
+    return []
+
+
+def limit_problems(scheduler: Any, *, cap: int) -> list[tuple[str, str]]:
+    """(JSON pointer, what is wrong and what was expected) for every size a trajectory's ``scheduler`` record
+    gives that would size an allocation before replay could judge it: solver orders (at most
+    :data:`MAX_ORDER`), step counts (at most ``cap``), other integer settings (:data:`MAX_SETTING`), list
+    settings (``trained_betas``: at most ``cap`` numbers), and each recorded ``set_timesteps`` argument: its
+    step count, its arrays' lengths (``cap`` numbers, nested at most :data:`MAX_NESTING`) and their dtype
+    (one of :data:`ARRAY_DTYPES`: ``S200000000`` would size each element at 200 MB)."""
+    found: list[tuple[str, str]] = []
+    if not isinstance(scheduler, dict):
+        return found
+    config = scheduler.get("config")
+    for name, value in (config.items() if isinstance(config, dict) else ()):
+        pointer = f"/scheduler/config/{name}"
+        if isinstance(value, list):
+            count = _elements(value)
+            if count is None or count > cap:
+                found.append((pointer, f"scheduler setting {name} holds more than {cap:,} numbers, or nests deeper "
+                                       f"than {MAX_NESTING}; expected a schedule's array"))
+        elif "step" not in name.lower():  # step counts: limit_problems of the trajectory names them
+            found += _integer_problems(pointer, f"scheduler setting {name}", value, cap)
+    calls = scheduler.get("set_timesteps")
+    for stream, arguments in (calls.items() if isinstance(calls, dict) else ()):
+        for name, value in (arguments.items() if isinstance(arguments, dict) else ()):
+            pointer = f"/scheduler/set_timesteps/{stream}/{name}"
+            if isinstance(value, dict) and "values" in value:
+                count = _elements(value["values"])
+                if count is None or count > cap:
+                    found.append((pointer, f"set_timesteps argument {name} holds more than {cap:,} numbers, or "
+                                           f"nests deeper than {MAX_NESTING}; expected a schedule's array"))
+                dtype = value.get("dtype")
+                if dtype is not None and str(dtype).replace("torch.", "") not in ARRAY_DTYPES:
+                    found.append((pointer + "/dtype", f"set_timesteps argument {name} has dtype {str(dtype)[:40]!r}; "
+                                                      f"expected one of {', '.join(sorted(ARRAY_DTYPES))}"))
+            else:
+                found += _integer_problems(pointer, f"set_timesteps argument {name}", value, cap)
+    return found
+
+
+def decode_arguments(recorded: dict[str, Any], *, cap: int | None = None) -> dict[str, Any]:
+    """``set_timesteps`` keyword arguments from :func:`encode_arguments`' record, each size bounded first
+    (:func:`limit_problems`; ``cap``: the most steps, default :data:`MAX_STEPS`).
 
     Raises:
-        ValueError: an argument capture could not record.
+        ValueError: an argument capture could not record, or one beyond the limits.
     """
     import numpy as np
     import torch
 
+    cap = MAX_STEPS if cap is None else cap
+    refused = limit_problems({"set_timesteps": {"": recorded}}, cap=cap) if isinstance(recorded, dict) else \
+        [("", "set_timesteps arguments must be an object")]
+    if refused:
+        raise ValueError("; ".join(message for _, message in refused))
     found: dict[str, Any] = {}
     for name, value in recorded.items():
         if isinstance(value, dict) and "unrecorded" in value:
@@ -245,5 +329,6 @@ def chain_error(x_next: Any, reference: Any) -> float:
     return d / na if na else (0.0 if d == 0 else math.inf)
 
 
-__all__ = ["NOISE_SOURCES", "STATE_FIELDS", "StepRecord", "chain_error", "decode",
-           "decode_arguments", "encode", "encode_arguments", "recorded_noise", "replay_step", "snapshot"]
+__all__ = ["ARRAY_DTYPES", "MAX_ORDER", "MAX_SETTING", "NOISE_SOURCES", "STATE_FIELDS", "StepRecord", "chain_error",
+           "decode", "decode_arguments", "encode", "encode_arguments", "limit_problems", "recorded_noise",
+           "replay_step", "snapshot"]

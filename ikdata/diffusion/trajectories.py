@@ -213,6 +213,9 @@ def limit_problems(record: dict, *, largest: int | None) -> list[tuple[str, str]
         if isinstance(value, int) and not isinstance(value, bool) and value > cap:
             found.append((pointer, f"{what} is {value}; expected at most {cap:,} (no schedule takes more, and the "
                                    f"trajectory lists {len(steps)} step(s))"))
+    from ikdata.diffusion.scheduler_state import limit_problems as scheduler_problems
+
+    found += scheduler_problems(record.get("scheduler"), cap=cap)  # orders, arguments, array lengths and dtypes
     noise = record.get("noise") if isinstance(record.get("noise"), dict) else {}
     if noise.get("seed") is not None:
         refusal = noise_mod.seed_refusal(noise["seed"])
