@@ -1,0 +1,88 @@
+"""Faults planted inside a real vLLM for the tests (an ``--adapter`` module: ``install(api)`` runs in every process).
+
+``VLLM_FAULTS`` (comma-separated) picks them; each is planted *below* the layer ikdata records at, where a
+broken kernel would be, so the recorded output is the broken one:
+
+- ``temperature_twice``: vLLM's ``Sampler.apply_temperature`` divides the logits by the temperature twice;
+- ``linear``: the repacked GEMM of ``model.layers.0.mlp.down_proj`` returns its output x1.01;
+- ``attention``: the CPU attention kernel's output x1.01 in ``model.layers.0.self_attn.attn``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+LINEAR_LAYER = "model.layers.0.mlp.down_proj"
+ATTENTION_LAYER = "model.layers.0.self_attn.attn"
+_LOCAL = threading.local()
+
+
+def _faults() -> set[str]:
+    return {f for f in os.environ.get("VLLM_FAULTS", "").split(",") if f}
+
+
+def _sampler(module) -> None:
+    sampler = module.Sampler
+    original = sampler.apply_temperature
+
+    def apply_temperature(logits, temp, all_random):
+        return original(original(logits, temp, all_random), temp, all_random)
+
+    sampler.apply_temperature = staticmethod(apply_temperature)
+
+
+def _linear(module) -> None:
+    method = module.UnquantizedLinearMethod
+    original = method.process_weights_after_loading
+
+    def process_weights_after_loading(self, layer):
+        result = original(self, layer)
+        if getattr(layer, "prefix", "") == LINEAR_LAYER and hasattr(layer, "cpu_linear"):
+            kernel = layer.cpu_linear
+            layer.cpu_linear = lambda x, weight, bias: kernel(x, weight, bias) * 1.01
+        return result
+
+    method.process_weights_after_loading = process_weights_after_loading
+
+
+def _attention_layer(module) -> None:
+    layer_cls = module.Attention
+    original = layer_cls.forward
+
+    def forward(self, *args, **kwargs):
+        _LOCAL.layer = getattr(self, "layer_name", None)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _LOCAL.layer = None
+
+    layer_cls.forward = forward
+
+
+def _attention_kernel(module) -> None:
+    original = module.cpu_attention_with_kv_cache
+
+    def cpu_attention_with_kv_cache(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if getattr(_LOCAL, "layer", None) == ATTENTION_LAYER:
+            kwargs["output"].mul_(1.01)
+        return result
+
+    module.cpu_attention_with_kv_cache = cpu_attention_with_kv_cache
+
+
+def install(api) -> None:
+    import ikdata_boot
+
+    plan = {"temperature_twice": [("vllm.v1.sample.sampler", _sampler)],
+            "linear": [("vllm.model_executor.layers.linear", _linear)],
+            "attention": [("vllm.model_executor.layers.attention.attention", _attention_layer),
+                          ("vllm._custom_ops", _attention_kernel)]}
+    for fault in _faults():
+        for name, patch in plan[fault]:
+            if name in sys.modules:
+                patch(sys.modules[name])
+            else:
+                ikdata_boot.watch(lambda name=name, patch=patch: patch(sys.modules[name]), name)
