@@ -168,7 +168,7 @@ def test_json_of_every_command_parses(tmp_path, make_ikdata_dataset):
 def test_capture_json_keeps_the_programs_output_off_stdout(tmp_path):
     done = run_cli("capture", "--into", str(tmp_path / "cap"), "--json", "--", "sh", "-c",
                    "echo from-the-program; echo to-stderr >&2")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # no torch ran, nothing was captured: exit 1 (issue 32)
     document = json.loads(done.stdout)
     assert document["into"] == str(tmp_path / "cap") and document["counts"] == {}
     assert "from-the-program" in done.stderr and "to-stderr" in done.stderr
