@@ -200,13 +200,15 @@ def model_class(name: object) -> type:
     return found
 
 
-class _TooLarge(Exception):
-    """The config being built registers more weights than the record holds."""
+def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements: int, where: str) -> Any:
+    """``cls.from_config(config)`` on the meta device (no memory behind any weight), stopped with a
+    :class:`RecordError` (about ``where``) as soon as it registers more tensors or elements than
+    ``most_tensors`` / ``most_elements``."""
 
+    def too_large(why: str) -> RecordError:
+        return RecordError(f"config does not describe the record's weights: {why}; refused before building it",
+                           path=where, pointer="/config")
 
-def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements: int) -> Any:
-    """``cls.from_config(config)`` on the meta device (no memory behind any weight), stopped as soon as it
-    registers more tensors or elements than ``most_tensors`` / ``most_elements``."""
     import torch
     from torch.nn.modules import module as torch_module
 
@@ -218,13 +220,13 @@ def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements:
         seen[0] += 1
         seen[1] += int(tensor.numel())
         if seen[0] > most_tensors or seen[1] > most_elements:
-            raise _TooLarge(f"it builds more weights than the record's {most_tensors} tensors of "
+            raise too_large(f"it builds more weights than the record's {most_tensors} tensors of "
                             f"{most_elements:,} elements")
 
     def buffer(_module: Any, _name: str, tensor: Any) -> None:  # buffers a state dict leaves out are allowed, within
         seen[2] += 1
         if seen[2] > 2 * most_tensors + 64:
-            raise _TooLarge(f"it builds {seen[2]} buffers beside the record's {most_tensors} tensors")
+            raise too_large(f"it builds {seen[2]} buffers beside the record's {most_tensors} tensors")
 
     handles = [torch_module.register_module_parameter_registration_hook(parameter),
                torch_module.register_module_buffer_registration_hook(buffer)]
@@ -271,10 +273,9 @@ def check_buildable(record: ModelRecord, state: Mapping[str, Any]) -> type:
 
     try:
         meta = _counted_build(cls, from_finite_json(dict(config)), most_tensors=len(tensors),
-                              most_elements=elements)
-    except _TooLarge as exc:
-        raise RecordError(f"config does not describe the record's weights: {exc}; refused before building it",
-                          path=where, pointer="/config") from None
+                              most_elements=elements, where=where)
+    except RecordError:
+        raise
     except Exception as exc:  # noqa: BLE001 - diffusers refusing the config: the record is wrong, say so
         raise RecordError(f"config cannot build {record.record['class']}: {type(exc).__name__}: {exc}", path=where,
                           pointer="/config") from None
