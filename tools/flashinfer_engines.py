@@ -33,10 +33,12 @@ class EngineCall:
     sizes: dict[str, Any] = field(default_factory=dict)
     replace: dict[str, Any] = field(default_factory=dict)
     seed: int = 1
+    wrong: bool = False  # every float output 1% off: an engine each family must fail
 
     def to_arg(self) -> str:
         extra = [f"{k}={v!r}" for k, v in {**self.sizes, **self.replace}.items()]
-        return ",".join([f"{self.module}:{self.attr}", f"seed={self.seed}", *extra])
+        return ",".join([f"{self.module}:{self.attr}", f"seed={self.seed}", *extra] + (["wrong=True"] if self.wrong
+                                                                                      else []))
 
     @classmethod
     def from_arg(cls, text: str) -> "EngineCall":
@@ -44,23 +46,73 @@ class EngineCall:
         module, attr = head.split(":", 1)
         values = {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in rest)}
         seed = values.pop("seed", 1)
-        return cls(module, attr, {}, values, seed)
+        wrong = bool(values.pop("wrong", False))
+        return cls(module, attr, {}, values, seed, wrong)
 
 
-def engine(name: str, template: Any, params: list[str]) -> Any:
-    """A CPU engine named ``name`` taking ``params`` that returns the template's reference outputs."""
+def engine(name: str, template: Any, params: list[str], wrong: bool = False) -> Any:
+    """A CPU engine named ``name`` taking ``params`` that returns the template's reference outputs (``wrong``:
+    each float output 1% off)."""
     mapping = {key: (descriptor.param or key) for key, descriptor in template.inputs.items()}
 
     def compute(values: dict) -> Any:
         reference = template.reference
         accepted = inspect.signature(reference).parameters
-        kwargs = {k: values[p] for k, p in mapping.items() if p in values and k in accepted}
-        return reference(**kwargs)
+        kwargs = {}
+        for key, param in mapping.items():  # the reference takes the input's name, or the API's parameter name
+            if param in values and key in accepted:
+                kwargs[key] = values[param]
+            elif param in values and param in accepted:
+                kwargs[param] = values[param]
+        returned = _as_declared(reference(**kwargs), template, values)
+        if wrong:
+            returned = _off(returned)
+        written = [d.param for d in template.outputs.values()]
+        if not written or not all(p in values for p in written):
+            return returned
+        # an in-place API (fused_add_rmsnorm): its outputs go into its arguments and it returns None
+        from ikdata.flashinfer.convert import COMPLETED_OUTPUTS
+
+        items = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+        completion = COMPLETED_OUTPUTS.get(reference.__name__)
+        if completion is not None and len(items) < len(written):
+            import torch
+
+            named = {key: values[param] for key, param in mapping.items() if param in values}
+            items.append(eval(completion, {"torch": torch}, named))  # noqa: S307  ikdata's own table
+        for param, value in zip(written, items):
+            values[param].copy_(value)
+        return None
 
     source = f"def {name}({', '.join(params)}):\n    return _compute(dict({', '.join(f'{p}={p}' for p in params)}))\n"
     namespace = {"_compute": compute, "__name__": "ikdata_honest_engines"}
     exec(source, namespace)  # noqa: S102  a function with the API's own parameter names
     return namespace[name]
+
+
+def _off(returned: Any) -> Any:
+    import torch
+
+    def off(v: Any) -> Any:
+        return (v.float() * 1.01 + 0.01).to(v.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    return type(returned)(off(v) for v in returned) if isinstance(returned, (tuple, list)) else off(returned)
+
+
+def _as_declared(returned: Any, template: Any, values: dict) -> Any:
+    """The reference's outputs in the dtypes the API declares for this call (a kernel returns bf16 where a
+    reference computes in float32), read from the definition the template renders for these arguments."""
+    import torch
+
+    try:
+        record = template.build_fi_trace_fn("engine")(**values)
+        dtypes = [spec.get("dtype") for spec in record["outputs"].values()]
+    except Exception:  # noqa: BLE001  no rendering: the outputs as the reference returns them
+        return returned
+    items = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    cast = [v.to(getattr(torch, d)) if isinstance(v, torch.Tensor) and isinstance(d, str) and hasattr(torch, d)
+            and v.dtype != getattr(torch, d) else v for v, d in zip(items, dtypes)] + items[len(dtypes):]
+    return type(returned)(cast) if isinstance(returned, (tuple, list)) else cast[0]
 
 
 def call_values(template: Any, call: EngineCall, default_size: int = 2) -> dict[str, Any]:
@@ -83,9 +135,9 @@ def _child(calls: list[EngineCall]) -> None:
     for call in calls:
         template = getattr(loader.submodule(f"trace.templates.{call.module}"), call.attr)
         values = call_values(template, call)
-        name = call.attr.removesuffix("_trace")
+        name = ("wrong_" if call.wrong else "") + call.attr.removesuffix("_trace")
         if name not in engines:
-            engines[name] = api.flashinfer_api(trace=template)(engine(name, template, list(values)))
+            engines[name] = api.flashinfer_api(trace=template)(engine(name, template, list(values), call.wrong))
         engines[name](**values)
 
 

@@ -6,9 +6,11 @@ decorator that applies FlashInfer's and wraps the result: each call of an API de
 with ``trace=TEMPLATE`` is rendered by the template (the definition FlashInfer would write),
 converted (:mod:`.convert`), and handed to :meth:`Capturer.record` with the call's inputs and
 outputs. FlashInfer's ``FLASHINFER_DUMP_INCLUDE`` / ``FLASHINFER_DUMP_EXCLUDE`` patterns select
-the APIs (fnmatch on the function name, as the recorder does). Inputs of an API that writes
-an output into an input (``residual``) are copied before the call; the output is that
-tensor after it. Under CUDA-graph capture nothing is read (see docs/flashinfer.md).
+the APIs (fnmatch on the function name, as the recorder does). Every tensor argument is copied
+to the host before the call (an API may write into any of them); the output of an API that
+writes it into an input (``residual``) is that tensor after the call. A call not recorded is
+counted in the capture census with its reason. Under CUDA-graph capture nothing is read (see
+docs/flashinfer.md).
 """
 
 from __future__ import annotations
@@ -91,8 +93,10 @@ def _recording(cap: Any, f: Any, wrapped: Any, trace: Any) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         if not (cap.enabled and selected(f.__name__)):
             return wrapped(*args, **kwargs)
+        census = _census()
+        census.seen(fi_api)
         if _graph_capturing():  # nothing may be read now (docs/flashinfer.md: the CUDA-graph design)
-            cap.refused["flashinfer-graph-capture"] = cap.refused.get("flashinfer-graph-capture", 0) + 1
+            census.skipped(fi_api, "flashinfer: under CUDA-graph capture nothing may be read")
             return wrapped(*args, **kwargs)
         try:
             bound = signature.bind(*args, **kwargs)
@@ -100,7 +104,8 @@ def _recording(cap: Any, f: Any, wrapped: Any, trace: Any) -> Any:
             arguments = dict(bound.arguments)
             template = trace if _is_template(trace) else trace(save_dir=None, name=None, **arguments)
             before = _copies(template, arguments)
-        except Exception:  # noqa: BLE001  a call capture cannot read still runs
+        except Exception as exc:  # noqa: BLE001  a call capture cannot read still runs, counted with why
+            census.skipped(fi_api, f"flashinfer: the call's arguments cannot be read ({type(exc).__name__}: {exc})")
             return wrapped(*args, **kwargs)
         result = wrapped(*args, **kwargs)
         try:
@@ -110,6 +115,12 @@ def _recording(cap: Any, f: Any, wrapped: Any, trace: Any) -> Any:
         return result
 
     return call
+
+
+def _census() -> Any:
+    import ikdata.capture.census as census  # the capture census: every call seen, and why one was not recorded
+
+    return census
 
 
 def _is_template(value: Any) -> bool:
@@ -125,11 +136,19 @@ def _graph_capturing() -> bool:
 
 
 def _copies(template: Any, arguments: dict) -> dict:
-    """Inputs written in place by the call, copied before it (their values after it are outputs)."""
+    """Every tensor argument, copied to the host before the call: an API may write into any of them (a declared
+    in-place output such as ``residual``, or state its template does not declare, such as
+    ``selective_state_update``'s ``state``), and the workload's inputs are what the call was given."""
     import torch
 
-    written = {d.param for d in template.outputs.values() if getattr(d, "param", None)}
-    return {p: v.detach().clone() for p, v in arguments.items() if p in written and isinstance(v, torch.Tensor)}
+    def copied(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.detach().to("cpu", copy=True)
+        if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+            return type(value)(copied(v) for v in value)
+        return value
+
+    return {p: copied(v) for p, v in arguments.items() if copied(v) is not v}
 
 
 def _record(cap: Any, template: Any, fi_api: str, arguments: dict, before: dict, result: Any) -> None:
@@ -147,8 +166,8 @@ def _record(cap: Any, template: Any, fi_api: str, arguments: dict, before: dict,
     try:
         definition, inputs, outputs = workload(Match(template, key or "", record), record, inputs_now, results,
                                                source="flashinfer")
-    except Refused as exc:
-        cap.refused[exc.code] = cap.refused.get(exc.code, 0) + 1
+    except Refused as exc:  # not a cap: counted in the census with FlashInfer's reason
+        _census().skipped(fi_api, f"flashinfer: {exc.reason}")
         return
     cap.user.setdefault(definition.name, definition)
     variant = "_".join("x".join(map(str, v.shape)) for v in inputs.values() if hasattr(v, "shape"))

@@ -57,13 +57,17 @@ class Converted:
     dropped_inputs: tuple[str, ...] = ()
 
 
-def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: str | None = None) -> Converted:
+def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: str | None = None,
+            params: Mapping[str, str] | None = None, entry: str | None = None) -> Converted:
     """The ikdata definition for a FlashInfer Trace definition record.
 
     Args:
         fi: the record as FlashInfer wrote it.
         absent: optional inputs a call left out.
         template_key: ``module:attr`` of the installed template it was rendered from (tags it, for trust).
+        params: the template's input mapping, input name -> the API's parameter name (``hidden_states`` ->
+            ``input``): a reference whose parameters are the API's names gets each input under that name.
+        entry: the reference function's name, when known (helpers inlined after it are not the entry).
 
     Raises:
         Refused: an unknown dtype, a reference that is not standalone, no entry point, an absent
@@ -77,7 +81,7 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
     tree, reason = parse_reference(reference)
     if tree is None:
         raise Refused(f"reference: {reason}", "reference-syntax")
-    entry = entry_point(tree)
+    entry = (entry_point(tree, entry) if entry else None) or entry_point(tree)
     if entry is None:
         raise Refused("reference defines no entry point (no 'run', no single top-level function, no single "
                       "_<op>_reference)", "no-entry")
@@ -101,18 +105,26 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
     for tensor in absent:
         if tensor not in inputs or not inputs[tensor].get("optional"):
             raise Refused(f"input {tensor!r} is absent but not optional", "absent-input")
-    params = _entry_params(tree, entry)
+    entry_params = _entry_params(tree, entry)
     kept = {n: s for n, s in inputs.items() if n not in absent}
     for tensor, spec in kept.items():
         if spec.get("dtype") == "unknown":
             raise Refused(f"optional input {tensor!r} is present but its dtype is unknown", "dtype")
-    if params is not None:
-        required, accepted = params
-        extra = [p for p in required if p not in inputs]
+    passed_as = {}  # input name -> the entry's parameter it is passed as
+    if entry_params is not None:
+        required, accepted = entry_params
+        for input_name in inputs:
+            api_name = (params or {}).get(input_name)
+            takes = (lambda p: p in accepted) if accepted is not None else (lambda p: p in required)
+            if input_name not in (accepted or ()) and api_name and api_name != input_name and takes(api_name) \
+                    and api_name not in inputs:
+                passed_as[input_name] = api_name
+        known = set(inputs) | set(passed_as.values())
+        extra = [p for p in required if p not in known]
         if extra:
             raise Refused(f"{entry} needs {', '.join(extra)}, which are not inputs", "entry-params")
         if accepted is not None:
-            unused = [n for n in kept if n not in accepted]
+            unused = [n for n in kept if n not in accepted and passed_as.get(n) not in accepted]
             if unused:
                 raise Refused(f"{entry} does not take the inputs {', '.join(unused)}", "entry-params")
     renamed = {}
@@ -125,7 +137,8 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
     record["name"] = name + (WITHOUT + "_".join(absent) if absent else "")
     record["inputs"] = {n: {k: v for k, v in s.items() if k != "optional"} for n, s in kept.items()}
     record["outputs"] = out_specs
-    record["reference"] = _with_run(reference, entry, list(kept), list(absent), params)
+    record["reference"] = _with_run(reference, entry, list(kept), list(absent), entry_params, passed_as,
+                                    [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry))
     tags = list(fi.get("tags") or [])
     if template_key:
         tags.append(f"{SOURCE_TAG}={template_key}")
@@ -175,17 +188,59 @@ def _entry_params(tree: ast.Module, entry: str) -> tuple[list[str], set[str] | N
     return required, accepted
 
 
+# In-place outputs a reference computes but does not return (FlashInfer's fused_add_rmsnorm references return
+# the normed output only; the API also writes residual + input into residual): appended to what ``run`` returns.
+COMPLETED_OUTPUTS = {
+    "_fused_add_rmsnorm_reference": "(hidden_states.to(torch.float32) + residual.to(torch.float32)).to(residual.dtype)",
+    "_gemma_fused_add_rmsnorm_reference":
+        "(hidden_states.to(torch.float32) + residual.to(torch.float32)).to(residual.dtype)",
+}
+
+_DECLARED = """
+def _ikdata_as_declared(returned, dtypes):
+    # a reference computing in float32 where the API returns bfloat16: each float output in its declared dtype
+    import torch
+
+    items = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    for i, (value, dtype) in enumerate(zip(items, dtypes)):
+        target = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+        if isinstance(value, torch.Tensor) and isinstance(target, torch.dtype) and value.dtype != target \\
+                and value.is_floating_point() and target.is_floating_point:
+            items[i] = value.to(target)
+    return tuple(items) if isinstance(returned, (tuple, list)) else items[0]
+"""
+
+
+def _defaulted(tree: ast.Module, entry: str) -> set[str]:
+    """The entry's parameters that have a default (an absent input is left to it)."""
+    node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry)
+    args = node.args
+    positional = args.posonlyargs + args.args
+    named = positional[len(positional) - len(args.defaults):] if args.defaults else []
+    return {a.arg for a in named} | {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+
+
 def _with_run(reference: str, entry: str, inputs: list[str], absent: list[str],
-              params: tuple[list[str], set[str] | None] | None) -> str:
-    if entry == "run" and not absent:
+              params: tuple[list[str], set[str] | None] | None, passed_as: Mapping[str, str] | None = None,
+              dtypes: Sequence[Any] = (), defaulted: set[str] | frozenset = frozenset()) -> str:
+    passed_as = passed_as or {}
+    if entry == "run" and not absent and not passed_as:
         return reference
-    accepted = params[1] if params else None
-    passed = [f"{n}={n}" for n in inputs] + [f"{n}=None" for n in absent if accepted is None or n in accepted]
-    body = f"def run({', '.join(inputs)}):\n    return {entry}({', '.join(passed)})\n"
+    required, accepted = params if params else ([], None)
+    passed = [f"{passed_as.get(n, n)}={n}" for n in inputs]
+    # an absent input is left to the entry's own default when it has one (eps=1e-6), else passed as None
+    passed += [f"{passed_as.get(n, n)}=None" for n in absent if passed_as.get(n, n) not in defaulted
+               and (accepted is None or passed_as.get(n, n) in required)]
+    call = f"{entry}({', '.join(passed)})"
+    completed = COMPLETED_OUTPUTS.get(entry)
+    if completed is not None and len(dtypes) == 2:
+        call = f"({call}, {completed})"
+    body = f"def run({', '.join(inputs)}):\n    return _ikdata_as_declared({call}, {tuple(dtypes)!r})\n"
     if entry == "run":  # the original run stays reachable under another name
         reference = reference.replace("def run(", "def _run_with_all_inputs(", 1)
-        body = body.replace("return run(", "return _run_with_all_inputs(")
-    return reference.rstrip("\n") + "\n\n\n# ----- ikdata entry (flashinfer-bench calls run) -----\n" + body
+        body = body.replace("_ikdata_as_declared(run(", "_ikdata_as_declared(_run_with_all_inputs(")
+    return (reference.rstrip("\n") + "\n\n\n# ----- ikdata entry (flashinfer-bench calls run) -----\n" + _DECLARED
+            + "\n\n" + body)
 
 
 def check_tolerance(check: Any, output_dtypes: Sequence[str]) -> dict | None:

@@ -18,6 +18,10 @@ from typing import Any
 
 from ikdata.core.errors import UsageError
 
+# The flashinfer-python versions ikdata is tested with (the ``flashinfer`` extra allows exactly this range;
+# tests/flashinfer/test_fi_versions.py keeps the extra, the installed version and docs/flashinfer.md in step).
+TESTED_VERSIONS = ("0.7.2.post1", "0.7.4")
+
 # The submodules that run on CPU with torch alone (checked by tests/flashinfer/test_fi_loader.py).
 CPU_SUBMODULES = ("flashinfer.api_logging", "flashinfer.trace", "flashinfer.trace.template",
                   "flashinfer.trace.templates")
@@ -128,7 +132,8 @@ def _reachable(value: Any, where: str, template_cls: type, depth: int):
             yield from _reachable(item, f"{where}.templates[{index}]", template_cls, depth + 1)
 
 
-__all__ = ["CPU_SUBMODULES", "TemplateRef", "available", "submodule", "template_import_failures", "templates"]
+__all__ = ["CPU_SUBMODULES", "TESTED_VERSIONS", "TemplateRef", "available", "submodule", "template_import_failures",
+           "templates"]
 
 
 def api_templates() -> dict[str, set[str]]:

@@ -24,6 +24,7 @@ from ikdata.core.errors import IkdataError
 from ikdata.flashinfer import loader
 from ikdata.flashinfer.convert import Refused, convert
 from ikdata.flashinfer.dumps import Call, read_calls
+from ikdata.flashinfer.inline import inlined, input_params, reference_name
 
 
 @dataclass
@@ -154,7 +155,8 @@ def _match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
             found.append(Match(ref.template, ref.key, record))
     if folder_definitions is None and len(found) > 1:
         named = [m for m in found if _named_after(m, call.function)]
-        found = named or found
+        longest = max((len(m.template.name_prefix or m.template.op_type) for m in named), default=0)
+        found = [m for m in named if len(m.template.name_prefix or m.template.op_type) == longest] or found
     if len(found) != 1:
         where = "in the definitions folder" if folder_definitions is not None else "among FlashInfer's templates"
         if not found:
@@ -242,7 +244,8 @@ def workload(found: Match, fi_record: Mapping[str, Any], arguments: Mapping[str,
     absent = [n for n, d in found.template.inputs.items()
               if getattr(d, "optional", False) and n in (fi_record.get("inputs") or {})
               and _argument(arguments, getattr(d, "param", None) or n, getattr(d, "tuple_idx", None)) is None]
-    converted = convert(fi_record, absent=absent, template_key=found.key)
+    converted = convert(inlined(fi_record, found.template), absent=absent, template_key=found.key,
+                        params=input_params(found.template), entry=reference_name(found.template))
     definition = Definition.from_dict(converted.record, origin=USER, source=source)
     issues = definition.check()
     if issues:

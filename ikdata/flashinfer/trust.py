@@ -38,6 +38,8 @@ def trusted_flashinfer(definitions: Mapping[str, Definition]) -> dict[str, Defin
 def _render(definition: Definition, by_key: Mapping[str, Any]) -> Definition | None:
     import torch
 
+    from ikdata.flashinfer.inline import inlined, input_params, reference_name
+
     tags = definition.record.get("tags") or []
     key = next(t.split("=", 1)[1] for t in tags if str(t).startswith(SOURCE_TAG + "="))
     fi_api = next((t[len("fi_api:"):] for t in tags if str(t).startswith("fi_api:")), "")
@@ -69,7 +71,8 @@ def _render(definition: Definition, by_key: Mapping[str, Any]) -> Definition | N
     finally:
         if saved is not None:
             os.environ["FLASHINFER_TRACE_DUMP_DIR"] = saved
-    converted = convert(record, absent=absent, template_key=key)
+    converted = convert(inlined(record, ref.template), absent=absent, template_key=key,
+                        params=input_params(ref.template), entry=reference_name(ref.template))
     return Definition.from_dict(converted.record, origin=SHIPPED, source=f"FlashInfer template {key}")
 
 

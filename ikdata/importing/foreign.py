@@ -164,6 +164,11 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
             continue  # the same capture again (one workload), or a finding (core.repeats) listed below
         source.receipts[receipt.uuid] = record
     source.problems += seen.problems()
+    if ds.layout == FLASHINFER:  # flashinfer-bench's solution traces: never imported, each listed with why
+        from ikdata.flashinfer.bench_traces import traces
+
+        source.left_out += [LeftOut(t.uuid, t.definition, t.reason, where=t.where, code="trace")
+                            for t in traces(ds.root, ds)]
     source.problems += ds.problems  # record files the path rule refused (links out of SRC)
     _read_report(ds, source)
     if staged is not None:

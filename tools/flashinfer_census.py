@@ -1,0 +1,238 @@
+"""End-to-end census of FlashInfer's templates: one honest engine per template, recorded, imported, replayed, validated.
+
+For every installed TraceTemplate with a ``reference`` and an ``init``, an honest CPU engine
+(``tools/flashinfer_engines.py``: the API's parameter names, the reference's outputs) is called once
+under FlashInfer's own flight recorder in a child process; the dump folder is imported into one
+dataset with ``--only-passed`` (import replays each call with its trusted reference and judges it);
+the dataset is then validated (``validate --deep``) and replayed again (the definitions must stay
+trusted after import). A template *works end to end* when its call was recorded, imported as a
+passing workload, validated and replayed passing. Every other template is listed with the first
+stage it did not pass and why.
+
+    python tools/flashinfer_census.py OUT [--only SUBSTRING] [--seconds 20] [--markdown]
+
+OUT/census.json holds every template's row; --markdown prints the table of docs/flashinfer.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS.parent))
+sys.path.insert(0, str(TOOLS))
+
+
+def _engine_name(index: int, attr: str) -> str:
+    return f"t{index:03d}_" + re.sub(r"[^A-Za-z0-9_]", "_", attr.removesuffix("_trace"))[:60]
+
+
+def _child(out: Path, only: str | None, seconds: int) -> None:
+    """Call each template's honest engine once under the recorder; write one line per template to engines.jsonl."""
+    import torch
+
+    import flashinfer_engines
+    from ikdata.flashinfer import loader
+
+    api = loader.submodule("api_logging")
+
+    def slow(signum, frame):  # noqa: ARG001
+        raise TimeoutError
+
+    signal.signal(signal.SIGALRM, slow)
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (6 << 30, hard))
+    with (out / "engines.jsonl").open("w") as log:
+        for index, ref in enumerate(loader.templates()):
+            if only and only not in ref.key:
+                continue
+            t = ref.template
+            row = {"key": ref.key, "op_type": t.op_type, "engine": _engine_name(index, ref.attr)}
+            if t.reference is None:
+                row["stage"], row["why"] = "no reference", "the template has no reference: nothing to judge with"
+            elif t.init is None:
+                row["stage"], row["why"] = "no init", "the template has no init: no inputs to call an engine with"
+            else:
+                signal.alarm(seconds)
+                try:
+                    values = flashinfer_engines.call_values(t, flashinfer_engines.EngineCall("", ""))
+                    if not isinstance(values, dict) or "run" in values and "plan" in values:
+                        raise TypeError("init builds a wrapper's plan/run, not one call")
+                    engine = api.flashinfer_api(trace=t)(flashinfer_engines.engine(row["engine"], t, list(values)))
+                    with torch.no_grad():
+                        engine(**values)
+                    row["stage"] = "called"
+                    try:  # the definition name the call renders, to find its workloads after import
+                        row["definition"] = t.build_fi_trace_fn("census")(**values)["name"]
+                    except Exception:  # noqa: BLE001  import says why it cannot render it
+                        pass
+                except TimeoutError:
+                    row["stage"], row["why"] = "engine", f"init or reference slower than {seconds} s on this CPU"
+                except MemoryError:
+                    row["stage"], row["why"] = "engine", "init or reference too large for this census (6 GiB)"
+                except Exception as exc:  # noqa: BLE001  counted with its reason
+                    text = " ".join(str(exc).split())[:160]
+                    row["stage"], row["why"] = "engine", f"the engine fails on CPU: {type(exc).__name__}: {text}"
+                finally:
+                    signal.alarm(0)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+
+
+def run(out: Path, only: str | None = None, seconds: int = 20) -> dict:
+    """The census under ``out``: record, import, validate, replay; returns (and writes) the rows."""
+    from ikdata.core.errors import IkdataError
+    from ikdata.importing.apply import import_dataset
+
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    env = {**os.environ, "FLASHINFER_LOGLEVEL": "10", "FLASHINFER_DUMP_DIR": str(out / "dumps"),
+           "FLASHINFER_LOGDEST": str(out / "recorder.log"), "FLASHINFER_DUMP_SAFETENSORS": "1",
+           "PYTHONWARNINGS": "ignore"}
+    env.pop("FLASHINFER_TRACE_DUMP_DIR", None)
+    child = [sys.executable, __file__, str(out), "--child", "--seconds", str(seconds)]
+    child += ["--only", only] if only else []
+    subprocess.run(child, env=env, check=True, stdout=subprocess.DEVNULL)
+    rows = {r["engine"]: r for r in map(json.loads, (out / "engines.jsonl").read_text().splitlines())}
+    by_engine = _diagnose(out, rows)  # why each call was left out, or its replay's error, in full
+    dataset = out / "dataset"
+    try:
+        result = import_dataset(str(out / "dumps"), str(dataset), only_passed=True)
+    except IkdataError as exc:  # nothing importable at all: the diagnosis names every call
+        print(f"import: {exc}", file=sys.stderr)
+        result = None
+    for item in result.left_out if result is not None else ():
+        engine = _engine_of(item.uuid) or _engine_of_definition(dataset, item.definition, rows)
+        if engine:
+            by_engine.setdefault(engine, f"{'replay' if item.uuid and '-' in item.uuid else 'import'}: "
+                                         f"{' '.join(item.reason.split())[:200]}")
+    imported = _imported(dataset)
+    validate = subprocess.run([sys.executable, "-m", "ikdata", "validate", "--deep", str(dataset)],
+                              capture_output=True, text=True)
+    replay = subprocess.run([sys.executable, "-m", "ikdata", "replay", "--no-reuse", "--json", str(dataset)],
+                            capture_output=True, text=True)
+    passed = _passed(dataset)
+    for engine, row in rows.items():
+        if row["stage"] != "called":
+            continue
+        if engine in by_engine:
+            row["stage"], row["why"] = by_engine[engine].split(": ", 1)
+        elif engine not in imported:
+            row["stage"], row["why"] = "import", "no workload imported and no reason given"
+        elif validate.returncode != 0 and engine in validate.stdout + validate.stderr:
+            row["stage"], row["why"] = "validate", "validate --deep names it"
+        elif imported[engine] not in passed:
+            row["stage"], row["why"] = "replay after import", "the imported dataset's replay did not pass it"
+        else:
+            row["stage"], row["definition"] = "works", imported[engine]
+    summary = {"flashinfer": _version(), "templates": len(rows), "seconds": round(time.monotonic() - started, 1),
+               "validate_exit": validate.returncode, "replay_exit": replay.returncode,
+               "stages": dict(collections.Counter(r["stage"] for r in rows.values()).most_common()),
+               "rows": list(rows.values())}
+    (out / "census.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _diagnose(out: Path, rows: dict) -> dict[str, str]:
+    """engine -> "stage: why" for each call staging leaves out, or whose replay with its reference errs or fails."""
+    from ikdata.flashinfer.source import _judge
+    from ikdata.flashinfer.staging import stage
+
+    staged = stage(out / "dumps", None, out / "staged")
+    found = {}
+    for where, reason in staged.left_out:
+        engine = _engine_of(Path(where).name)
+        if engine:
+            found[engine] = "import: " + " ".join(reason.split())[:240]
+    if staged.definitions:
+        _judge(out / "staged")
+        report = json.loads((out / "staged" / "reports" / "replay.json").read_text())
+        for case in report.get("cases", []):
+            engine = _engine_of_definition(out, case.get("definition"), rows)
+            if engine and case.get("status") != "passed" and engine not in found:
+                error = str(case.get("error") or "").strip().splitlines()
+                why = error[-1] if error else json.dumps({k: case.get(k) for k in ("status", "max_absolute_errors")})
+                found[engine] = f"replay: {case.get('status')}: {' '.join(why.split())[:240]}"
+    return found
+
+
+def _engine_of(name: str) -> str | None:
+    found = re.search(r"_pid[0-9]+_(t[0-9]{3}_.*)_call[0-9]+$", name or "")
+    return found.group(1) if found else None
+
+
+def _engine_of_definition(dataset: Path, definition: str, rows: dict) -> str | None:
+    """The engine whose call renders ``definition`` (or its ``__without_`` variant)."""
+    base = (definition or "").split("__without_", 1)[0]
+    return next((e for e, r in rows.items() if r.get("definition") == base), None)
+
+
+def _imported(dataset: Path) -> dict[str, str]:
+    """engine -> definition of each imported workload (from its receipt's ``operation``)."""
+    found = {}
+    receipts = dataset / "receipts.jsonl"
+    for line in receipts.read_text().splitlines() if receipts.is_file() else []:
+        record = json.loads(line)
+        engine = str(record.get("operation", "")).rpartition(".")[2]
+        found[engine] = record["definition"]
+    return found
+
+
+def _passed(dataset: Path) -> set[str]:
+    report = dataset / "reports" / "replay.json"
+    if not report.is_file():
+        return set()
+    cases = json.loads(report.read_text()).get("cases", [])
+    failed = {c["definition"] for c in cases if c.get("status") != "passed"}
+    return {c["definition"] for c in cases if c.get("status") == "passed"} - failed
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("flashinfer-python")
+
+
+def markdown(summary: dict) -> str:
+    """The census as docs/flashinfer.md shows it: the counts, then every template not working and why."""
+    rows = summary["rows"]
+    lines = [f"flashinfer-python {summary['flashinfer']}: {summary['templates']} templates, "
+             f"{summary['stages'].get('works', 0)} work end to end ({summary['seconds']} s)", "",
+             "| stage not passed | templates |", "|---|---|"]
+    lines += [f"| {stage} | {n} |" for stage, n in summary["stages"].items()]
+    lines += ["", "| template | stage not passed | why |", "|---|---|---|"]
+    for row in rows:
+        if row["stage"] not in ("works", "no reference"):
+            why = str(row.get("why", "")).replace("|", "\\|")
+            lines.append(f"| `{row['key'].rpartition('.')[2]}` | {row['stage']} | {why} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out")
+    parser.add_argument("--only", help="templates whose module:attr key contains this")
+    parser.add_argument("--seconds", type=int, default=20, help="per template, for init and the engine")
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(Path(args.out), args.only, args.seconds)
+        return
+    summary = run(Path(args.out), args.only, args.seconds)
+    print(markdown(summary) if args.markdown else json.dumps({k: v for k, v in summary.items() if k != "rows"},
+                                                             indent=1))
+
+
+if __name__ == "__main__":
+    main()
