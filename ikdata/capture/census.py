@@ -278,6 +278,12 @@ class Summary:
             shown = ", ".join(f"{op} x{n:,}" for op, n in ranked[:limit])
             more = f", and {len(ranked) - limit} more op(s)" if len(ranked) > limit else ""
             out.append(f"not recorded, {reason}: {shown}{more}")
+        on = self.processes - len(self.not_enabled)
+        if self.processes == 1:
+            out.append(f"1 process reported; capture was {'on' if on else 'off'} in it")
+        elif self.processes:
+            out.append(f"{self.processes} processes reported; capture was on in "
+                       f"{'all of them' if on == self.processes else on}")
         return out
 
     def why_nothing(self) -> str:

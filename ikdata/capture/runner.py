@@ -221,7 +221,7 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
                              unverified=sum(e.get("unverified", 0) for e in events), unstepped=unstepped,
                              steps_seen=max((e.get("steps_seen", 0) for e in events), default=0), steps=config.steps,
                              census=summary.to_json(), census_lines=summary.lines(),
-                             why_nothing=None if counts else summary.why_nothing(),
+                             why_nothing=None if counts else _why_nothing(summary, config),
                              not_enabled=summary.to_json()["not_enabled"],
                              adapter_failures=summary.to_json()["adapter_failures"], run=run, removed=removed)
     finally:
@@ -271,6 +271,14 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
         except orjson.JSONDecodeError:
             continue
     return events
+
+
+def _why_nothing(summary: census.Summary, config: CaptureConfig) -> str:
+    """Why the run recorded nothing: the census's reason, with the ``--only`` that narrowed what capture looked at."""
+    why = summary.why_nothing()
+    if config.only and summary.processes and not summary.not_enabled:
+        return f"--only {','.join(config.only)} selected none of the calls that ran ({why})"
+    return why
 
 
 def _keep_census(root: Path, run: str, records: list[dict[str, Any]]) -> None:

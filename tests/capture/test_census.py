@@ -63,13 +63,16 @@ def test_the_summary_merges_processes_and_says_what_ran_and_why_the_rest_was_not
     census.seen("F.linear", 2)
     census.recorded("F.linear", "dense_gemm_f32_nt_n4_k8")
     census.recorded("F.linear", "dense_gemm_f32_nt_n4_k16")
-    one = census.record("r")
+    one = dict(census.record("r"), torch=True, enabled=True, reason=None)
     two = dict(one, pid=one["pid"] + 1)
     summary = census.summarise([one, two])
     assert summary.processes == 2
     assert summary.lines()[0] == "ran 1,252 calls of 3 ops; recorded 4 calls of 2 definitions"
     assert summary.lines()[1] == "not recorded, no definition: aten::addmm x1,200, _C::rms_norm x48"
     assert summary.not_enabled == () and summary.adapter_failures == ()
+    assert summary.lines()[-1] == "2 processes reported; capture was on in all of them"
+    off = census.summarise([one, dict(two, enabled=False, reason="RuntimeError: x")])
+    assert off.lines()[-1] == "2 processes reported; capture was on in 1"
 
 
 def test_why_nothing_names_the_reason_and_the_ops(clean_census):
@@ -163,7 +166,7 @@ def test_a_capture_that_records_nothing_says_why_exits_1_and_leaves_no_folder(tm
     done, _ = _capture(tmp_path, LOOP, "--only", "norm", into=empty)
     text = _text(done)
     assert done.exit_code == 1, text
-    assert "none of the 300 calls seen was recorded: 300 were not selected (--only" in text
+    assert "--only norm selected none of the calls that ran" in text
     assert empty.is_dir() and list(empty.iterdir()) == []  # the user's folder stays, as empty as it was
 
 
