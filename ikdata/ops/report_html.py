@@ -14,7 +14,10 @@ Sections, each present only when the report has the data:
 - per operator definition: the distribution of ``max_error_ratio`` over its cases (≤ 1 passes), one
   horizontal box per definition, worst first, failing cases marked;
 - per sampling definition: the pooled PIT histogram (flat when the engine samples the reference's
-  distribution) and the verdict of every test.
+  distribution) and the verdict of every test; a definition whose draws were all greedy says so in words
+  (every draw checked to be the argmax; no statistical test applies) instead of drawing an empty histogram;
+- every case, in a collapsible table (closed when nothing failed), so a page where everything passed still
+  lists what was judged.
 
 A report is data from a dataset, so the page treats it as hostile: every value reaches the page through
 :func:`_e` (HTML text and attributes) or :func:`_label` (plotly's text), element ids are counters, and every
@@ -22,9 +25,11 @@ value is type-checked before it is formatted. A value of the wrong type (a strin
 step index that is not an integer) is drawn as a gap, shown as "not a number", and returned as a
 :class:`~ikdata.core.problems.Problem` naming its JSON pointer; the page lists them at the top.
 
-Torch-free; needs the ``report`` extra (plotly). Exact zeros cannot sit on a log axis: they are drawn
-at :data:`ZERO_AT` and their hover text says "0 (exact)". Every axis is titled and its numbers are in
-scientific notation (``1e-12``, never SI prefixes such as ``1p``).
+Torch-free; needs the ``report`` extra (plotly). Exact zeros cannot sit on a log axis: they are drawn on
+a tick labelled "0" one decade below the smallest non-zero value (:func:`_zeros_on_log_axis`), so the axis
+spans the data, not twelve more decades; their hover text says "0 (exact)"; a chart of zeros alone is drawn
+on a linear axis. Every axis is titled and its numbers are in scientific notation (``1e-12``, never SI
+prefixes such as ``1p``).
 """
 
 from __future__ import annotations
@@ -45,7 +50,6 @@ from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.problems import Problem
 from ikdata.core.store import write_atomic
 
-ZERO_AT = 1e-12
 TRAJECTORY = "trajectory:"
 NOT_A_NUMBER = "not a number"
 
@@ -177,7 +181,7 @@ def _log(values: Iterable[tuple[Any, str]], checks: Checks) -> tuple[list[float 
             shown.append(None)
             text.append("none")
         elif v == 0:
-            shown.append(ZERO_AT)
+            shown.append(0.0)  # placed by _zeros_on_log_axis once every trace of the figure is known
             text.append("0 (exact)")
         elif math.isinf(v):
             shown.append(None)
@@ -186,6 +190,35 @@ def _log(values: Iterable[tuple[Any, str]], checks: Checks) -> tuple[list[float 
             shown.append(v)
             text.append(f"{v:.3g}")
     return shown, text
+
+
+def _zeros_on_log_axis(fig: Any, axis: str = "y") -> Any:
+    """Exact zeros of a log axis (``axis``: "x" or "y") drawn as zeros: on a tick labelled "0" one decade below the
+    smallest non-zero value, the other ticks powers of ten; a figure of zeros alone gets a linear axis."""
+    values = [v for trace in fig.data for v in (getattr(trace, axis) or ()) if isinstance(v, (int, float))
+              and math.isfinite(v)]
+    if not any(v == 0 for v in values):
+        return fig
+    positive = [v for v in values if v > 0]
+    update = fig.update_yaxes if axis == "y" else fig.update_xaxes
+    if not positive:
+        return update(type="linear")
+    low = math.floor(math.log10(min(positive))) - 1
+    high = math.ceil(math.log10(max(positive)))
+    zero = 10.0 ** low
+    for trace in fig.data:
+        found = getattr(trace, axis)
+        if found is not None:
+            trace.update({axis: [zero if isinstance(v, (int, float)) and v == 0 else v for v in found]})
+    step = max(1, (high - low) // 12)  # at most about a dozen ticks
+    powers = list(range(low + step, high + 1, step))
+    return update(tickmode="array", tickvals=[zero] + [10.0 ** k for k in powers],
+                  ticktext=["0"] + [_power(k) for k in powers])
+
+
+def _power(k: int) -> str:
+    """10**k as plotly's scientific tick labels write it: 1e-5, 0.1, 1, 10, 100, 1e+3."""
+    return {-1: "0.1", 0: "1", 1: "10", 2: "100"}.get(k, f"1e{k:+d}" if k > 0 else f"1e{k}")
 
 
 def _steps(m: Mapping[str, Any], pointer: str, checks: Checks) -> list[tuple[str, int, Mapping[str, Any], str]]:
@@ -237,10 +270,10 @@ def trajectory_figures(case: Mapping[str, Any], checks: Checks | None = None,
             y, text = _log(((s[2].get("e"), f"{s[3]}/e") for s in bad), checks)
             fig.add_trace(go.Scatter(x=[s[1] for s in bad], y=y, text=text, name="failing step",
                                      mode="markers", marker={"symbol": "x", "size": 14, "color": "#c0392b"}))
-        _axes(fig, title=f"{name}: e and f per step (an exact 0 is drawn at 1e-12)", xaxis_title="step",
+        _axes(fig, title=f"{name}: e and f per step", xaxis_title="step",
               xaxis_dtick=1, yaxis_title="relative L2 error of the denoiser output", yaxis_type="log", height=360,
               margin={"t": 50, "b": 40})
-        figures.append((f"{name}: e and f per step", fig))
+        figures.append((f"{name}: e and f per step", _zeros_on_log_axis(fig)))
         chain = go.Figure()
         for key, trace in (("chain", "chain error"), ("chain_bound", "chain bound")):
             y, text = _log(((s[2].get(key), f"{s[3]}/{key}") for s in mine), checks)
@@ -249,7 +282,7 @@ def trajectory_figures(case: Mapping[str, Any], checks: Checks | None = None,
         _axes(chain, title=f"{name}: chain error (x_next vs the reference scheduler's update)",
               xaxis_title="step", xaxis_dtick=1, yaxis_title="relative L2 error of x_next", yaxis_type="log",
               height=300, margin={"t": 50, "b": 40})
-        figures.append((f"{name}: chain error", chain))
+        figures.append((f"{name}: chain error", _zeros_on_log_axis(chain)))
     decode = checks.mapping(m.get("decode"), at + "/decode")
     psnr = checks.items(decode.get("psnr_db"), at + "/decode/psnr_db")
     if psnr:
@@ -291,7 +324,7 @@ def operator_figure(cases: list[Mapping[str, Any]], checks: Checks | None = None
             ratio = checks.number(found.get("max_error_ratio"), f"{at}/metrics/{output}/max_error_ratio")
             if ratio is not None and math.isfinite(ratio):
                 name = str(case.get("definition"))
-                by_definition.setdefault(name, []).append(max(ratio, ZERO_AT))
+                by_definition.setdefault(name, []).append(max(ratio, 0.0))
                 if ratio > 1:
                     over.setdefault(name, []).append((ratio, f"{_label(str(case.get('uuid'))[:12])} {_label(output)}"))
     if not by_definition:
@@ -311,10 +344,11 @@ def operator_figure(cases: list[Mapping[str, Any]], checks: Checks | None = None
                                  marker={"symbol": "x", "size": 9, "color": "#c0392b"},
                                  hovertemplate="%{text}: %{x:.3e}<extra>failing</extra>"))
     fig.add_vline(x=1.0, line_dash="dash", line_color="#c0392b", annotation_text="tolerance (ratio 1)")
-    return _axes(fig, title="operator workloads: max_error_ratio per definition (worst on top; 0 drawn at 1e-12)",
-                 xaxis_type="log", xaxis_title="max_error_ratio = error / tolerance (≤ 1 passes)",
-                 yaxis_title="definition", yaxis_automargin=True, showlegend=False,
-                 height=140 + 26 * len(order), margin={"t": 50, "b": 50})
+    _axes(fig, title="operator workloads: max_error_ratio per definition (worst on top)",
+          xaxis_type="log", xaxis_title="max_error_ratio = error / tolerance (≤ 1 passes)",
+          yaxis_title="definition", yaxis_automargin=True, showlegend=False,
+          height=140 + 26 * len(order), margin={"t": 50, "b": 50})
+    return _zeros_on_log_axis(fig, "x")
 
 
 def _counts(values: Any, pointer: str, checks: Checks, limit: int | None = None) -> list[int]:
@@ -333,7 +367,9 @@ def _counts(values: Any, pointer: str, checks: Checks, limit: int | None = None)
 
 def sampling_figures(report: Mapping[str, Any], checks: Checks | None = None) -> list[tuple[str, Any, str]]:
     """(definition, figure, line) per sampling definition: each TV test against its simulated null, then the
-    pooled PIT histogram with the verdict. The line is plain text (escape it before it goes into HTML)."""
+    pooled PIT histogram with the verdict. The line is plain text (escape it before it goes into HTML). A
+    definition with no PIT draw (every draw greedy, excluded or degenerate) gets no histogram: its figure is
+    None and its line says why no test ran."""
     go = _plotly()
     checks = checks if checks is not None else Checks()
     found = []
@@ -346,10 +382,13 @@ def sampling_figures(report: Mapping[str, Any], checks: Checks | None = None) ->
         definition = str(group.get("definition"))
         tests = [t if isinstance(t, Mapping) else {} for t in checks.items(group.get("tests"), at + "/tests")]
         bins = [0] * 10
+        greedy = judged = 0
         for n, case in enumerate(cases):
             if not isinstance(case, Mapping) or case.get("definition") != group.get("definition"):
                 continue
             sampling = checks.mapping(case.get("sampling"), f"/cases/{n}/sampling")
+            greedy += checks.integer(sampling.get("greedy"), f"/cases/{n}/sampling/greedy") or 0
+            judged += checks.integer(sampling.get("judged"), f"/cases/{n}/sampling/judged") or 0
             pit = checks.mapping(sampling.get("pit"), f"/cases/{n}/sampling/pit")
             for i, count in enumerate(_counts(pit.get("histogram"), f"/cases/{n}/sampling/pit/histogram", checks, 10)):
                 bins[i] += count
@@ -381,18 +420,29 @@ def sampling_figures(report: Mapping[str, Any], checks: Checks | None = None) ->
                   margin={"t": 50, "b": 40})
             p_value = checks.fmt(test.get("p_value"), t_at + "/p_value", ".3g")
             found.append((definition, tv_fig, f"TV test: p = {p_value}, detectable TV {test.get('detectable_tv')}"))
-        fig = go.Figure(go.Bar(x=[f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)], y=bins, name="PIT"))
-        total = sum(bins)
-        if total:
-            fig.add_hline(y=total / 10, line_dash="dash", annotation_text="uniform")
-        _axes(fig, title=f"{_label(definition)}: PIT histogram ({total} draws), verdict "
-                         f"{_label(group.get('verdict'))}",
-              xaxis_title="PIT value", yaxis_title="draws", height=320, margin={"t": 50, "b": 40})
         line = "; ".join(f"{t.get('test')} n={t.get('n')} "
                          f"p={checks.fmt(t.get('p_value'), f'{at}/tests/{i}/p_value', '.3g')}"
                          for i, t in enumerate(tests))
-        found.append((definition, fig, f"verdict {group.get('verdict')} at alpha "
-                                       f"{checks.fmt(group.get('alpha'), at + '/alpha', 'g', missing='?')}: {line}"))
+        verdict = (f"verdict {group.get('verdict')} at alpha "
+                   f"{checks.fmt(group.get('alpha'), at + '/alpha', 'g', missing='?')}")
+        total = sum(bins)
+        if not total:  # no draw to test: say why, draw no empty histogram
+            if greedy and not judged:
+                why = (f"every one of the {greedy} draws was greedy: each was checked to be the argmax, and no "
+                       "statistical test applies")
+            elif tests:
+                why = "no PIT histogram: no draw had a PIT value (the tests above judged them)"
+            else:
+                why = "; ".join(str(w) for w in checks.items(group.get("not_judged"), at + "/not_judged")) \
+                    or "no draw could be judged"
+            found.append((definition, None, f"{verdict}: {line}; {why}" if line else f"{verdict}: {why}"))
+            continue
+        fig = go.Figure(go.Bar(x=[f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)], y=bins, name="PIT"))
+        fig.add_hline(y=total / 10, line_dash="dash", annotation_text="uniform")
+        _axes(fig, title=f"{_label(definition)}: PIT histogram ({total} draws), verdict "
+                         f"{_label(group.get('verdict'))}",
+              xaxis_title="PIT value", yaxis_title="draws", height=320, margin={"t": 50, "b": 40})
+        found.append((definition, fig, f"{verdict}: {line}" if line else verdict))
     return found
 
 
@@ -418,6 +468,16 @@ def _summary_table(cases: list[tuple[int, Mapping[str, Any]]], checks: Checks) -
     head = "".join(f"<th>{h}</th>" for h in ("trajectory", "pipeline", "status", "steps passed", "worst e/f",
                                               "first failure", "PSNR mean / worst dB"))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _attention_text(attention: Any) -> str:
+    """The floor's two attention kernels in words (``floor f: sdpa vs sdpa-reversed``), never a raw dict."""
+    if isinstance(attention, Mapping):
+        reference, alt = attention.get("reference"), attention.get("alt")
+        if reference is not None or alt is not None:
+            return f"floor f: {reference if reference is not None else '?'} vs {alt if alt is not None else '?'}"
+        return "floor f: " + ", ".join(f"{k} {v}" for k, v in attention.items()) if attention else "floor f: -"
+    return f"attention {attention}" if attention is not None else "attention -"
 
 
 def _slug(value: Any) -> str:
@@ -462,6 +522,26 @@ def _failing_table(rows: list[tuple[Mapping[str, Any], str, str | None]]) -> str
     head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "what failed", "see"))
     return (f"<h2 id='failing'>Failing cases ({len(rows)})</h2><table class='failing'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{more}")
+
+
+CASES_SHOWN = 2000  # rows of the all-cases table; the rest are counted
+
+
+def _cases_table(rows: list[tuple[Mapping[str, Any], str, str | None]], *, open_: bool) -> str:
+    """Every case (case, what it measured or why it failed, the id of its chart), in a collapsible table."""
+    body = []
+    for case, what, anchor in rows[:CASES_SHOWN]:
+        definition = str(case.get("definition"))
+        cells = (_e(str(case.get("uuid"))[:12]), _e(definition[len(TRAJECTORY):] if definition.startswith(TRAJECTORY)
+                                                     else definition), _e(case.get("status")), _e(what),
+                 f"<a class='chart' href='#{_e(anchor)}'>chart</a>" if anchor else "-")
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    more = (f"<p class='meta'>… and {len(rows) - CASES_SHOWN} more (ikdata replay's JSON report lists them "
+            "all)</p>" if len(rows) > CASES_SHOWN else "")
+    head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "measured / reason", "see"))
+    return (f"<details id='cases'{' open' if open_ else ''}><summary><h2 style='display:inline'>All cases "
+            f"({len(rows)})</h2></summary><table class='cases'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>{more}</details>")
 
 
 def _what_failed(case: Mapping[str, Any], n: int, checks: Checks) -> str:
@@ -539,8 +619,8 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
             if m:
                 parts.append(f"<p class='meta'>pass when e &le; "
                              f"{_e(checks.fmt(m.get('k'), at + '/trajectory/k', 'g', missing='?'))}&middot;f + "
-                             f"{_e(checks.fmt(m.get('eps'), at + '/trajectory/eps', 'g', missing='?'))}; attention "
-                             f"{_e(m.get('attention'))}; level: {_e(m.get('level'))}</p>")
+                             f"{_e(checks.fmt(m.get('eps'), at + '/trajectory/eps', 'g', missing='?'))}; "
+                             f"{_e(_attention_text(m.get('attention')))}; level: {_e(m.get('level'))}</p>")
             for _name, fig in trajectory_figures(case, checks, at):
                 parts.append(plot(fig))
             parts.append("</section>")
@@ -557,16 +637,19 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
                 parts.append("</section>" if sections else "")
                 sections[name] = f"sampling-{len(sections)}"
                 parts.append(f"<section id='{sections[name]}'>")
-            parts.append(plot(fig) + f"<p class='meta'>{_e(line)}</p>")
+            parts.append((plot(fig) if fig is not None else f"<h3>{_e(name)}</h3>") + f"<p class='meta'>{_e(line)}</p>")
         parts.append("</section>")
         anchors.update((n, sections[str(c.get("definition"))]) for n, c in cases
                        if n in sampled and str(c.get("definition")) in sections)
-    if first:
+    if first and not sampling:
         parts.append("<p>Nothing to draw: the report has no trajectory, operator metrics or sampling verdicts.</p>")
     failing = [(c, _what_failed(c, n, checks), anchors.get(n)) for n, c in cases
                if c.get("status") in ("failed", "error")]
     if failing:
         parts.insert(failing_at, _failing_table(failing))
+    if cases:  # every page lists what was judged, closed unless something failed
+        parts.append(_cases_table([(c, _what_failed(c, n, checks), anchors.get(n)) for n, c in cases],
+                                  open_=bool(failing)))
     problems = list(dict.fromkeys(checks.problems))  # a value read by two views is one problem
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:.3em .6em;font-size:.9em}.reason{color:#a93226}.meta{color:#555}"
@@ -633,5 +716,5 @@ def report_path_for(target: str | os.PathLike) -> Path:
     return target
 
 
-__all__ = ["NOT_A_NUMBER", "ZERO_AT", "Checks", "draw", "load_report", "operator_figure", "plotly_js_name", "render",
+__all__ = ["NOT_A_NUMBER", "Checks", "draw", "load_report", "operator_figure", "plotly_js_name", "render",
            "report_path_for", "sampling_figures", "trajectory_figures", "write_html", "write_plotly_js"]

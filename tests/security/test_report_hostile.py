@@ -140,11 +140,11 @@ def _assert_no_script_of_the_report(page: str) -> None:
     parsed = _Page()
     parsed.feed(page)
     allowed = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "section", "table", "thead",
-               "tbody", "tr", "th", "td", "div", "script", "ul", "li", "code", "a"}
+               "tbody", "tr", "th", "td", "div", "script", "ul", "li", "code", "a", "details", "summary"}
     assert {tag for tag, _ in parsed.tags} <= allowed
     for tag, attrs in parsed.tags:
         assert not [a for a in attrs if a.startswith("on")], (tag, attrs)
-        assert set(attrs) <= {"charset", "class", "id", "type", "style", "href", "src"}, (tag, attrs)
+        assert set(attrs) <= {"charset", "class", "id", "type", "style", "href", "src", "open"}, (tag, attrs)
         assert all(value is None or "<" not in value and "'" not in value for value in attrs.values()), (tag, attrs)
         # links only to the page's own charts (ids are counters), the one script file plotly.js beside the page
         assert "href" not in attrs or tag == "a" and re.fullmatch(r"#[a-z]+(-[0-9]+(-[A-Za-z0-9-]*)?)?",
