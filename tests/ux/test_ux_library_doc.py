@@ -9,6 +9,7 @@ import doctest
 import inspect
 import json
 import pydoc
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,11 @@ def test_the_library_page_runs_as_printed(tmp_path, monkeypatch):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.failures == 0, f"docs/library.md: {runner.failures} example(s) failed (run with -s to see them)"
+
+
+def test_the_readme_gives_the_set_up_time_and_links_the_library_page():
+    readme = (REPO / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "The set-up (`make setup`, which both run first" in quick_start
+    assert re.search(r"takes \d+ to \d+ minutes: \d+ min \d+ s", quick_start), quick_start
+    assert "[docs/library.md](docs/library.md)" in readme and "ds.load_expected(row)" in readme
