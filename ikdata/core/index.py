@@ -546,7 +546,7 @@ def _owner_tag(key: bytes, path: Path, st: os.stat_result, nonce: str) -> str:
     """The tag of one index: the user's key over the format, the dataset folder, the index file's device and
     inode and the index's own random nonce. A copy of the index (another inode) or the index of another
     dataset never carries it, so no index of the user passes for another."""
-    bound = "\0".join((FORMAT, os.path.realpath(path.parent), str(st.st_dev), str(st.st_ino), nonce))
+    bound = "\0".join((FORMAT, os.path.abspath(path.parent), str(st.st_dev), str(st.st_ino), nonce))
     return hashlib.blake2b(bound.encode(), key=key, digest_size=32).hexdigest()
 
 

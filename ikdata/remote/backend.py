@@ -277,7 +277,7 @@ class FsspecBackend(Backend):
 
     @property
     def identity(self) -> str:
-        root = os.path.realpath(self.root) if self.remote.protocol == "file" else self.root
+        root = os.path.abspath(self.root) if self.remote.protocol == "file" else self.root
         return f"{self.remote.protocol}:{root}"
 
     def listed_checksum_matches(self, rel: str, data: bytes) -> bool | None:
