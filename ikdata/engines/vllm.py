@@ -69,8 +69,14 @@ def _wrap(cap: Any, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
     cap._patches.append((owner, name, original))
 
 
-def _active(cap: Any) -> bool:
-    return cap.enabled and cap.is_selected_now()
+def _active(cap: Any, prefix: str, op_type: str) -> bool:
+    """Whether a call of this kind could be recorded now: capture on, the step selected, and ``--only``
+    (if given) naming its op type or a definition or template starting with ``prefix``. Checked before any
+    copy an in-place op needs."""
+    if not (cap.enabled and cap.is_selected_now()):
+        return False
+    only = cap.only
+    return not only or op_type in only or any(name.startswith(prefix) for name in only)
 
 
 # -- the sampler ------------------------------------------------------------------------------------------
@@ -153,7 +159,9 @@ def _patch_runner(cap: Any, module: Any) -> None:
     def make(original: Any) -> Any:
         def _sample(self: Any, logits: Any, spec_decode_metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
             pending = None
-            if cap.enabled and logits is not None and SAMPLER_TEMPLATE not in cap.disabled:
+            only = cap.only
+            if (cap.enabled and logits is not None and SAMPLER_TEMPLATE not in cap.disabled
+                    and (not only or "sampling" in only or any(n.startswith(SAMPLER_TEMPLATE) for n in only))):
                 if spec_decode_metadata is not None:
                     cap._fail(SAMPLER_TEMPLATE, RuntimeError("sampling not captured: speculative decoding draws "
                                                              "through vLLM's rejection sampler"), lost=True)
@@ -223,11 +231,6 @@ def _gemm(cap: Any, x: Any, weight: Any, bias: Any, out: Any, operation: str) ->
     adapters._gemm(cap, x, weight, out, bias, operation, ("W", "bias") if bias is not None else ("W",))
 
 
-def _gemm_selected(cap: Any) -> bool:
-    only = cap.only
-    return not only or "gemm" in only or any(n.startswith("dense_gemm") for n in only)
-
-
 def _patch_linear(cap: Any, module: Any) -> None:
     method = getattr(module, "UnquantizedLinearMethod", None)
     if method is None:
@@ -236,7 +239,9 @@ def _patch_linear(cap: Any, module: Any) -> None:
     def make_load(original: Any) -> Any:
         def process_weights_after_loading(self: Any, layer: Any) -> Any:
             weight = getattr(layer, "weight", None)
-            if cap.enabled and _gemm_selected(cap) and weight is not None and getattr(weight, "ndim", 0) == 2 \
+            only = cap.only
+            if cap.enabled and (not only or "gemm" in only or any(n.startswith("dense_gemm") for n in only)) \
+                    and weight is not None and getattr(weight, "ndim", 0) == 2 \
                     and not weight.is_meta:
                 layer._ikdata_weight = weight.detach()  # vLLM's CPU path repacks it and drops the original
             return original(self, layer)
@@ -246,7 +251,7 @@ def _patch_linear(cap: Any, module: Any) -> None:
     def make_apply(original: Any) -> Any:
         def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
             out = original(self, layer, x, bias)
-            if _active(cap):
+            if _active(cap, "dense_gemm", "gemm"):
                 weight = getattr(layer, "_ikdata_weight", None)
                 if weight is None:
                     weight = getattr(layer, "weight", None)
@@ -271,7 +276,7 @@ def _patch_embedding(cap: Any, module: Any) -> None:
     def make_apply(original: Any) -> Any:
         def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
             out = original(self, layer, x, bias)
-            if _active(cap):
+            if _active(cap, "dense_gemm", "gemm"):
                 _dispatch(cap, "vllm UnquantizedEmbeddingMethod.apply",
                           lambda: _gemm(cap, x, layer.weight, bias, out, "vllm.UnquantizedEmbeddingMethod.apply"))
             return out
@@ -295,7 +300,8 @@ def _patch_rmsnorm(cap: Any, module: Any) -> None:
         def forward(self: Any, x: Any, residual: Any = None, *args: Any, **kwargs: Any) -> Any:
             plain = (not args and not kwargs and getattr(self, "variance_size_override", None) is None
                      and getattr(self, "has_weight", True))
-            if not plain or not _active(cap):
+            prefix = "rmsnorm" if residual is None else "fused_add_rmsnorm"
+            if not plain or not _active(cap, prefix, "norm"):
                 return original(self, x, residual, *args, **kwargs)
             before = (x.detach().clone(), residual.detach().clone()) if residual is not None else None
             out = original(self, x, residual)
@@ -336,7 +342,7 @@ def _patch_silu(cap: Any, module: Any) -> None:
     def make(original: Any) -> Any:
         def forward(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
             out = original(self, x, *args, **kwargs)
-            if _active(cap) and not args and not kwargs:
+            if _active(cap, "silu_and_mul", "activation") and not args and not kwargs:
                 _dispatch(cap, "vllm SiluAndMul.forward", lambda: _record_silu(cap, x, out))
             return out
 
@@ -363,8 +369,8 @@ def _patch_rotary(cap: Any, module: Any) -> None:
 
     def make(original: Any) -> Any:
         def forward(self: Any, positions: Any, query: Any, key: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if (not _active(cap) or args or kwargs or key is None or type(self).forward is not cls.forward
-                    or not getattr(self, "is_neox_style", False)):
+            if (not _active(cap, "rotary_neox", "rope") or args or kwargs or key is None
+                    or not _plain_rotary(type(self), cls) or not getattr(self, "is_neox_style", False)):
                 return original(self, positions, query, key, *args, **kwargs)
             before = (positions.detach().clone(), query.detach().clone(), key.detach().clone())
             out = original(self, positions, query, key)
@@ -374,6 +380,11 @@ def _patch_rotary(cap: Any, module: Any) -> None:
         return forward
 
     _wrap(cap, cls, "forward", make)
+
+
+def _plain_rotary(kind: type, base: type) -> bool:
+    """A rotary class computing what the base computes (its own cos/sin cache allowed: Llama 3, NTK, YaRN)."""
+    return all(getattr(kind, name) is getattr(base, name) for name in ("forward", "forward_cpu", "forward_native"))
 
 
 def _record_rotary(cap: Any, layer: Any, before: Any, out: Any) -> None:
@@ -406,7 +417,7 @@ def _patch_attention(cap: Any, module: Any) -> None:
         def forward(self: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any, attn_metadata: Any,
                     output: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
-            if attn_metadata is not None and _active(cap):
+            if attn_metadata is not None and _active(cap, "attention_varlen_causal", "attention"):
                 _dispatch(cap, "vllm CPUAttentionBackendImpl.forward",
                           lambda: _record_attention(cap, self, query, key, value, kv_cache, attn_metadata,
                                                             output))
@@ -478,8 +489,8 @@ def _record_attention(cap: Any, impl: Any, query: Any, key: Any, value: Any, kv_
     cu_k[1:] = torch.cumsum(seq_lens, 0)
     q = query[:tokens].reshape(tokens, -1, head)
     cap.record(f"attention_varlen_causal_{s}",
-               {"Q": q, "K": torch.cat(keys), "V": torch.cat(values), "cu_q": cu_q[: seq_lens.shape[0] + 1].contiguous(),
-                "cu_k": cu_k, "scale": float(impl.scale)},
+               {"Q": q, "K": torch.cat(keys), "V": torch.cat(values),
+                "cu_q": cu_q[: seq_lens.shape[0] + 1].contiguous(), "cu_k": cu_k, "scale": float(impl.scale)},
                {"O": output[:tokens].reshape(tokens, -1, head)},
                operation="vllm.CPUAttentionBackendImpl.forward (_C.cpu_attention_with_kv_cache)",
                variant=f"t{tokens}_s{int(cu_k[-1])}", fills={"H": q.shape[1], "HKV": kv_heads, "D": head})
