@@ -27,7 +27,10 @@ from ikdata.capture import census, op_binding
 from ikdata.capture.op_binding import NO_DEFINITION, Binding, BuiltIn, OpCall
 
 SURVEY_STEPS = 2  # selected steps per process in which every op is counted
-BACKEND_KEYS = ("CPU", "CUDA")
+# The key the kernels are registered at. It is in no tensor's key set and ops fall through it, so a kernel
+# there runs only while capture includes the key in the thread's dispatch state (a selected step): elsewhere
+# every op, interposed or not, costs what it cost without capture. It sits above autograd and functorch.
+KEY = "PreDispatch"
 OWN = "ikdata's own"  # the census's reason for a call ikdata itself made (a reference replayed in the process)
 # Built-in patches whose calls this path records as well (same definition, variant and weight), under their
 # label; inside any other patched function (a user's adapter, F.scaled_dot_product_attention) the patch's
@@ -60,7 +63,7 @@ class Dispatcher:
         self.capturer = capturer
         self.local = threading.local()  # patch: label of the patched function running; claimed; inner op
         self.builtins: dict[str, list[BuiltIn]] = {}
-        allowed = allowed_templates(capturer)
+        self.allowed = allowed = allowed_templates(capturer)
         for spec in op_binding.BUILT_IN:
             if any(t in allowed for t in spec.templates):
                 self.builtins.setdefault(spec.op, []).append(spec)
@@ -78,11 +81,16 @@ class Dispatcher:
         self.bound: set[str] = set()  # "ns::op" of every interposed op (the survey leaves them to their kernel)
         self.libraries: dict[str, Any] = {}
         self.surveys_left = SURVEY_STEPS
-        self._survey: Any = None
+        self._included: tuple[Any, int] | None = None
         self._lock = threading.RLock()
 
     def builtins_overloads(self) -> list[str]:
         return [f"{op}.default" for op in self.builtins]
+
+    def may_record(self, label: str) -> bool:
+        """Whether the built-in patch ``label`` could produce a definition ``--only`` allows (others: yes)."""
+        templates = op_binding.PATCH_TEMPLATES.get(label)
+        return templates is None or any(t in self.allowed for t in templates)
 
     def supersedes(self, label: str) -> bool:
         """Whether this path records what the built-in patch ``label`` would (so the patch may stand aside)."""
@@ -113,29 +121,23 @@ class Dispatcher:
         except (AttributeError, RuntimeError):
             return False  # not registered yet: bound when it first runs (survey) or on the next bind_pending
         self.pending.discard(qualified)
-        schema_name = f"{name}.{overload}" if overload != "default" else name
         lib = self.libraries.get(ns)
         if lib is None:
             lib = self.libraries[ns] = torch.library.Library(ns, "IMPL")
-        registered = False
-        for key in BACKEND_KEYS:
-            if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(schema_name, key):
-                continue
-            kernel = torch._C._dispatch_get_computed_kernel_for_dispatch_key(schema_name, getattr(torch._C.DispatchKey, key))
-            run = self._kernel(name, func, kernel, torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)))
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": that is the point
-                    lib.impl(op if overload == "default" else f"{op}.{overload}", run, key)
-                registered = True
-            except Exception as exc:  # noqa: BLE001  one op that cannot be interposed: say so, keep the rest
-                self.capturer._fail(name, RuntimeError(f"could not interpose {schema_name} at {key}: {exc}"))
-        if registered:
-            self.bound.add(name)
-        return registered
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lib.impl(op if overload == "default" else f"{op}.{overload}", self._kernel(name, func), KEY)
+        except Exception as exc:  # noqa: BLE001  one op that cannot be interposed: say so, keep the rest
+            self.capturer._fail(name, RuntimeError(f"could not interpose {qualified}: {exc}"))
+            return False
+        self.bound.add(name)
+        return True
 
-    def _kernel(self, op: str, func: Any, kernel: Any, keyset: Any) -> Callable[..., Any]:
-        """The Python kernel of one op at one backend key: run the real kernel, then map and record."""
+    def _kernel(self, op: str, func: Any) -> Callable[..., Any]:
+        """The Python kernel of one op: run the op below this key, then map the call and record it."""
+        import torch
+
         capturer = self.capturer
         tracker_local = capturer.tracker.local
         local = self.local
@@ -143,31 +145,38 @@ class Dispatcher:
         bindings = self.bindings.get(f"{op}.{func._overloadname}", [])
         names = op_binding.schema_names(func)
         written = sorted(op_binding.written_arguments(func) & {s for b in bindings for s in b.inputs.values()})
-        call = kernel.call_boxed
+        below = torch._C._ExcludeDispatchKeyGuard
+        ours = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, KEY))
         seen = census.seen
+
+        def call(args: tuple, kwargs: dict) -> Any:
+            with below(ours):
+                return func(*args, **kwargs)
 
         def run(*args: Any, **kwargs: Any) -> Any:
             state = local.__dict__
             if state.get("busy") or not capturer.enabled:
-                return call(keyset, *args, **kwargs)
+                return call(args, kwargs)
             seen(op)
             if tracker_local.__dict__.get("skip"):  # inside a step that is not selected
                 census.skipped(op, "step")
-                return call(keyset, *args, **kwargs)
+                return call(args, kwargs)
             patch = state.get("patch")
             if patch is not None and patch not in SUPERSEDED:
                 state["inner"] = op  # the patched function's handler records it, from its own arguments
-                return call(keyset, *args, **kwargs)
+                return call(args, kwargs)
             if not capturer.is_selected_now():
                 census.skipped(op, "not selected")
-                return call(keyset, *args, **kwargs)
+                return call(args, kwargs)
             if patch is None and _called_by_ikdata():
                 census.skipped(op, OWN)
-                return call(keyset, *args, **kwargs)
+                return call(args, kwargs)
             before = {}
             if written:
                 before = {n: _copy(op_binding.argument(func, names, args, kwargs, n)) for n in written}
-            out = call(keyset, *args, **kwargs)
+            out = call(args, kwargs)
+            if not _real(out):  # tracing (fake, meta or functorch-wrapped tensors): no data to record
+                return out
             state["busy"] = True
             try:
                 handled = self._record(op, func, names, builtins, bindings, args, kwargs, out, before, patch)
@@ -213,31 +222,51 @@ class Dispatcher:
             self.capturer._fail(op, exc)
             return False
 
-    # -- the survey ---------------------------------------------------------------------------
+    # -- where the path is entered -------------------------------------------------------------
 
-    def step_began(self) -> bool:
-        """A selected step begins on this thread: survey it while surveys are left. Returns whether it did."""
-        if self.surveys_left <= 0:
-            return False
-        with self._lock:
-            if self.surveys_left <= 0:
-                return False
-            self.surveys_left -= 1
+    def step_began(self) -> list[Any]:
+        """A selected step begins on this thread: include the key (when something could be recorded) and
+        survey it while surveys are left. Returns what :meth:`step_ended` undoes."""
+        import torch
+
+        entered: list[Any] = []
+        if not self.capturer.enabled:
+            return entered
         self.bind_pending()
-        survey = _survey_mode(self)
-        survey.__enter__()
-        stack = self.local.__dict__.setdefault("surveys", [])
-        stack.append(survey)
-        return True
+        if self.wanted:
+            guard = torch._C._IncludeDispatchKeyGuard(getattr(torch._C.DispatchKey, KEY))
+            guard.__enter__()
+            entered.append(guard)
+        if self.surveys_left > 0:
+            with self._lock:
+                surveying = self.surveys_left > 0
+                self.surveys_left -= surveying
+            if surveying:
+                survey = _survey_mode(self)
+                survey.__enter__()
+                entered.append(survey)
+        return entered
 
-    def step_ended(self) -> None:
-        stack = self.local.__dict__.get("surveys")
-        if stack:
-            survey = stack.pop()
-            survey.__exit__(None, None, None)
-            survey.flush()
+    @staticmethod
+    def step_ended(entered: list[Any]) -> None:
+        for item in reversed(entered):
+            item.__exit__(None, None, None)
+            if hasattr(item, "flush"):
+                item.flush()
+
+    def include_here(self) -> None:
+        """Include the key on this thread until :meth:`uninstall` (a configuration that selects every call)."""
+        import torch
+
+        if self.wanted and self._included is None:
+            guard = torch._C._IncludeDispatchKeyGuard(getattr(torch._C.DispatchKey, KEY))
+            guard.__enter__()
+            self._included = (guard, threading.get_ident())
 
     def uninstall(self) -> None:
+        if self._included is not None and self._included[1] == threading.get_ident():
+            self._included[0].__exit__(None, None, None)
+        self._included = None
         for lib in self.libraries.values():
             lib._destroy()
         self.libraries.clear()
@@ -261,6 +290,18 @@ def _called_by_ikdata() -> bool:
             return False
         frame = frame.f_back
     return False
+
+
+def _real(out: Any) -> bool:
+    """Whether an op's result is a real tensor with data (not fake, meta or a functorch wrapper)."""
+    import torch
+
+    first = out[0] if isinstance(out, (tuple, list)) and out else out
+    if first is None:
+        return True  # an in-place op returns nothing: its arguments were checked by the binding
+    if type(first) not in (torch.Tensor, torch.nn.Parameter) or first.device.type == "meta":
+        return False
+    return not torch._C._functorch.is_functorch_wrapped_tensor(first)
 
 
 def _copy(value: Any) -> Any:
@@ -304,7 +345,11 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
 
 
 def install(capturer: Any) -> Dispatcher:
-    """Interpose the ops capturer could record and survey its first selected steps. Returns the Dispatcher."""
+    """Interpose the ops ``capturer`` could record, entered in its selected steps. Returns the Dispatcher.
+
+    A configuration that selects every call (no ``--steps``, no request file) enters the path on the
+    installing thread for good; otherwise each selected step enters it (and the first ones are surveyed).
+    """
     dispatcher = Dispatcher(capturer)
     dispatcher.bind_pending()
     tracker = capturer.tracker
@@ -312,20 +357,21 @@ def install(capturer: Any) -> Dispatcher:
 
     def begin_step() -> Any:
         tokens = begin()
-        surveyed = dispatcher.surveys_left > 0 and capturer.enabled and capturer.is_selected_now() \
-            and dispatcher.step_began()
-        return (tokens, surveyed)
+        entered = dispatcher.step_began() if capturer.is_selected_now() else []
+        return (tokens, entered)
 
     def end_step(tokens: Any) -> None:
-        inner, surveyed = tokens
+        inner, entered = tokens
         try:
-            if surveyed:
-                dispatcher.step_ended()
+            if entered:
+                dispatcher.step_ended(entered)
         finally:
             end(inner)
 
     tracker.begin_step, tracker.end_step = begin_step, end_step  # the step hook (boot) calls these
+    if capturer.config.steps is None and capturer.config.request_file is None:
+        dispatcher.include_here()
     return dispatcher
 
 
-__all__ = ["BACKEND_KEYS", "Dispatcher", "SURVEY_STEPS", "allowed_templates", "install"]
+__all__ = ["KEY", "Dispatcher", "SURVEY_STEPS", "allowed_templates", "install"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ikdata.core import jsonl
-from ikdata.capture import selection
+from ikdata.capture import census, selection
 from ikdata.capture.config import CaptureConfig
 from ikdata.capture.context import RankProbe, StepTracker
 from ikdata.core.templates import instantiate, load_templates
@@ -108,29 +108,57 @@ class Capturer:
         self._patches: list[tuple[Any, str, Any]] = []
         self._engine: tuple[str, str | None] | None = None
         self.on_shutdown: list[Callable[[], None]] = []  # run before the final flush (open diffusion trajectories)
+        from ikdata.capture import dispatch
+
+        self.dispatch = dispatch.install(self)  # ops at the dispatcher (torch.library), the census's survey
 
     # -- the adapter API ------------------------------------------------------------------------
 
     def patch(self, owner: Any, name: str, handler: Handler, *, label: str | None = None) -> None:
-        """Replace ``owner.name`` by a wrapper that calls ``handler(args, kwargs, output)`` after it."""
+        """Replace ``owner.name`` by a wrapper that calls ``handler(args, kwargs, output)`` after it.
+
+        A built-in patch that could produce no definition ``--only`` allows is not installed (its calls cost nothing).
+        """
         original = getattr(owner, name)
         label = label or f"{getattr(owner, '__name__', owner)}.{name}"
+        if not self.dispatch.may_record(label):
+            return
         capturer = self
         tracker_local = self.tracker.local
         compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
         _EAGER.prepare()
+        op_local = self.dispatch.local
+        superseded = self.dispatch.supersedes(label)  # compiled code reaches the op's kernel: no graph break
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if capturer.enabled and not tracker_local.__dict__.get("skip") and not compiling():
+                # The dispatcher path records the op this function runs, if it maps it, under this label;
+                # the handler runs only for what it left (``claimed``), counted under that op (``inner``).
+                state = op_local.__dict__
+                outer = state.get("patch"), state.get("claimed"), state.get("inner")
+                state["patch"], state["claimed"], state["inner"] = label, False, None
+                try:
+                    out = original(*args, **kwargs)
+                finally:
+                    claimed, inner = state["claimed"], state["inner"]
+                    state["patch"], state["claimed"], state["inner"] = outer
+                if not claimed and not getattr(capturer._local, "busy", False):
+                    capturer._dispatch(handler, label, (args, kwargs, out), op=inner)
+                return out
             out = original(*args, **kwargs)
             if capturer.enabled and not tracker_local.__dict__.get("skip"):
                 if dynamo_tracing():
                     # Dynamo is tracing: break the graph here so the capture runs eagerly, on the
                     # real tensors, each time the compiled code runs. With capture off, Dynamo
                     # guards on ``enabled`` and the graph has no break.
-                    _EAGER.dispatch(capturer, handler, label, (args, kwargs, out))
+                    if not superseded:
+                        _EAGER.dispatch(capturer, handler, label, (args, kwargs, out))
                 elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
                     capturer._dispatch(handler, label, (args, kwargs, out))
+            elif not getattr(capturer._local, "busy", False):  # counted in the census, with why it was left
+                census.seen(label)
+                census.skipped(label, "step" if capturer.enabled else "budget")
             return out
 
         wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
@@ -142,6 +170,8 @@ class Capturer:
 
         ``match`` is a class name or a predicate on the module's class.
         """
+        if label is not None and not self.dispatch.may_record(label):
+            return  # a built-in module adapter whose definitions --only leaves out
         test = (lambda cls, name=match: cls.__name__ == name) if isinstance(match, str) else match
         self._module_handlers.append((test, handler, label or getattr(handler, "__name__", "module adapter")))
         self._handler_by_class.clear()
@@ -155,7 +185,8 @@ class Capturer:
 
     def record(self, definition: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
                operation: str, variant: str | None = None, weights: Iterable[str] = (),
-               fills: Mapping[str, int] | None = None, provenance: Mapping[str, Any] | None = None) -> bool:
+               fills: Mapping[str, int] | None = None, provenance: Mapping[str, Any] | None = None,
+               op: str | None = None) -> bool:
         """Capture one call, if it is selected. Returns True if it was queued.
 
         Args:
@@ -167,6 +198,7 @@ class Capturer:
                 engine thread (see :mod:`ikdata.capture.weights`).
             fills: the template's const axes as observed.
             provenance: extra receipt fields of this call (e.g. the sampler's processors).
+            op: the census's name for the call (``aten::addmm``); default: the hook's label, else ``operation``.
 
         Raises:
             DefinitionError: only in strict mode (otherwise logged, counted, and the definition stops).
@@ -174,8 +206,10 @@ class Capturer:
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
+        op = op or getattr(self._local, "label", None) or operation  # the census's name for the call
         req = self.tracker.current_request()
         if req is None:
+            census.skipped(op, "not selected", definition)
             return False
         step = self.tracker.current_step()
         steps = req.steps if req.steps is not None else self.config.steps
@@ -184,19 +218,24 @@ class Capturer:
                 resolved = self._resolve(definition, fills)
                 if resolved is not None:
                     self.unstepped[resolved.name] = self.unstepped.get(resolved.name, 0) + 1
+            census.skipped(op, "step", definition)
             return False
         resolved = self._resolve(definition, fills)
         if resolved is None:
+            why = "disabled" if definition in self.disabled else "not selected" if self.only else "no definition"
+            census.skipped(op, why, definition)
             return False
         ranks = self.ranks.current()
         # in a distributed program each rank holds its own shard: its calls are keyed (and budgeted) apart
         budget = f"{resolved.name}@rank{ranks.rank}" if ranks.distributed else resolved.name
         key = (budget, req.request_id, step, variant)
         if self.ledger.is_seen(key):
+            census.skipped(op, "selection rule", resolved.name)
             return False
         try:
             axes = self.writer.dataset.check(resolved, inputs, outputs)
         except DefinitionError as exc:
+            census.skipped(op, "definition mismatch", resolved.name)
             self._fail(resolved.name, exc)
             return False
         weight_names = set(weights)
@@ -212,6 +251,7 @@ class Capturer:
         if refusal is not None:
             for _, check in cached.values():
                 self.weights.leave(check)
+            census.skipped(op, "selection rule" if refusal == selection.SEEN else "budget", resolved.name)
             if refusal != selection.SEEN:
                 self.refused[refusal] = self.refused.get(refusal, 0) + 1
             if refusal == selection.BYTES_FULL:
@@ -226,6 +266,7 @@ class Capturer:
         else:
             self.writer.submit(job)
         self.captured[resolved.name] = self.captured.get(resolved.name, 0) + 1
+        census.recorded(op, resolved.name)
         return True
 
     # -- internals ------------------------------------------------------------------------------
@@ -252,24 +293,35 @@ class Capturer:
         self._noted[label] = seen + 1
         return True
 
-    def _dispatch(self, handler: Handler, label: str, call: tuple) -> None:
+    def _dispatch(self, handler: Handler, label: str, call: tuple, *, op: str | None = None) -> None:
+        """Run a hook's handler on one call. ``op``: the dispatcher op under it, already counted as seen."""
         local = self._local
-        if getattr(local, "busy", False) or label in self.disabled:
-            return
-        if not self.is_selected_now() and not self._is_unstepped(label):
+        if getattr(local, "busy", False):  # ikdata's own call, inside a hook
             return
         out = call[-1]
         if type(out).__name__ == "FakeTensor" or getattr(getattr(out, "device", None), "type", None) == "meta":
             return  # shape propagation (torch.compile, meta devices): no data to capture
+        name = op or label
+        if op is None:
+            census.seen(label)
+        if label in self.disabled:
+            census.skipped(name, "disabled")
+            return
+        if not self.is_selected_now() and not self._is_unstepped(label):
+            census.skipped(name, "step" if self.tracker.current_request() is not None else "not selected")
+            return
         local.busy = True
+        local.label = name  # the op record() counts its outcome under, in the census
         try:
             handler(self, *call)
         except DefinitionError:
             raise  # strict mode only: record() logs and swallows it otherwise
         except Exception as exc:  # noqa: BLE001  a failing hook must not crash the engine
+            census.skipped(name, "hook failed")
             self._fail(label, exc)
         finally:
             local.busy = False
+            local.label = None
 
     def _resolve(self, name: str, fills: Mapping[str, int] | None) -> Definition | None:
         cache_key = (name, tuple(sorted(fills.items())) if fills else None)
@@ -410,7 +462,8 @@ class Capturer:
         self._shutdown_pid = None
 
     def uninstall(self) -> None:
-        """Restore every patched function (tests)."""
+        """Restore every patched function and interposed op (tests)."""
+        self.dispatch.uninstall()
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
         self._patches.clear()

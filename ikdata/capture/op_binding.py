@@ -159,6 +159,68 @@ def on_native_layer_norm(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
                   {"Y": y.reshape(-1, hidden)}, {"H": hidden}, f"m{rows.shape[0]}", ("W", "B"))
 
 
+def _activation(name: str) -> Mapper:
+    def on_activation(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
+        x = args[0]
+        s = _short(x.dtype)
+        if s is None or out.dtype != x.dtype:
+            return DTYPE
+        stem = name
+        if name == "gelu":
+            approximate = args[1] if len(args) > 1 else kwargs.get("approximate", "none")
+            stem = {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
+            if stem is None:
+                return NO_DEFINITION
+        if x.dim() == 0:
+            return NO_DEFINITION
+        hidden = x.shape[-1]
+        rows = x.reshape(-1, hidden)
+        return OpCall(f"{stem}_{s}", {"X": rows}, {"Y": out.reshape(-1, hidden)}, {"H": hidden}, f"m{rows.shape[0]}")
+
+    return on_activation
+
+
+def on_embedding(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
+    """``aten::embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)``: a lookup, whatever the flags
+    (they change only the backward pass)."""
+    import torch
+
+    table, ids = args[0], args[1]
+    s = _short(table.dtype)
+    if s is None or ids.dtype != torch.int64 or out.dtype != table.dtype:
+        return DTYPE
+    if table.dim() != 2:
+        return NO_DEFINITION
+    v, h = table.shape
+    flat = ids.reshape(-1)
+    return OpCall(f"embedding_{s}", {"IDS": flat, "TABLE": table}, {"Y": out.reshape(-1, h)}, {"V": v, "H": h},
+                  f"m{flat.shape[0]}", ("TABLE",))
+
+
+def on_convolution(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
+    """``aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)``:
+    2-D, not transposed."""
+    x, weight, bias, stride, padding, dilation, transposed, _, groups = args[:9]
+    s = _short(x.dtype)
+    if s is None or weight.dtype != x.dtype or out.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        return DTYPE
+    if transposed or x.dim() != 4 or weight.dim() != 4 or len(stride) != 2 or len(padding) != 2 or len(dilation) != 2:
+        return NO_DEFINITION
+    cout, cing, kh, kw = weight.shape
+    inputs: dict[str, Any] = {"X": x, "WT": weight}
+    stem = "conv2d"
+    weights: tuple[str, ...] = ("WT",)
+    if bias is not None:
+        inputs["BIAS"] = bias
+        stem, weights = "conv2d_bias", ("WT", "BIAS")
+    inputs.update(stride_h=int(stride[0]), stride_w=int(stride[1]), pad_h=int(padding[0]), pad_w=int(padding[1]),
+                  dilation_h=int(dilation[0]), dilation_w=int(dilation[1]), groups=int(groups))
+    n, _, h, w = x.shape
+    variant = (f"n{n}_{h}x{w}_s{stride[0]}x{stride[1]}_p{padding[0]}x{padding[1]}_d{dilation[0]}x{dilation[1]}"
+               f"_g{groups}")
+    return OpCall(f"{stem}_{s}", inputs, {"Y": out}, {"COUT": cout, "CING": cing, "KH": kh, "KW": kw}, variant, weights)
+
+
 @dataclass(frozen=True)
 class BuiltIn:
     """A built-in mapper: the aten op and the templates it can produce (``--only`` may leave none)."""
@@ -180,7 +242,26 @@ BUILT_IN = (
     BuiltIn("aten::baddbmm", on_baddbmm, _each_dtype("bmm")),
     BuiltIn("aten::_scaled_dot_product_flash_attention_for_cpu", on_sdpa_cpu, _each_dtype("sdpa", "sdpa_causal")),
     BuiltIn("aten::native_layer_norm", on_native_layer_norm, _each_dtype("layernorm")),
+    BuiltIn("aten::embedding", on_embedding, _each_dtype("embedding")),
+    BuiltIn("aten::convolution", on_convolution, _each_dtype("conv2d", "conv2d_bias")),
+    BuiltIn("aten::silu", _activation("silu"), _each_dtype("silu")),
+    BuiltIn("aten::gelu", _activation("gelu"), _each_dtype("gelu", "gelu_tanh")),
+    BuiltIn("aten::relu", _activation("relu"), _each_dtype("relu")),
 )
+
+
+# The templates each built-in function patch (ikdata.capture.adapters) can produce: a patch whose templates
+# --only leaves none of is not installed, so its calls cost nothing.
+PATCH_TEMPLATES = {
+    "torch.nn.functional.linear": tuple(f"{stem}_{s}_nt" for stem in ("dense_gemm", "dense_gemm_bias")
+                                        for s in ("f32", "bf16", "f16")),
+    "torch.mm": tuple(f"dense_gemm_{s}_nt" for s in ("f32", "bf16", "f16")),
+    "torch.matmul": tuple(f"dense_gemm_{s}_nt" for s in ("f32", "bf16", "f16")),
+    "torch.nn.functional.scaled_dot_product_attention": _each_dtype("sdpa", "sdpa_causal", "sdpa_masked"),
+    "torch.nn.functional.rms_norm": _each_dtype("rmsnorm"),
+    "torch.nn.functional.layer_norm": _each_dtype("layernorm"),
+    "RMSNorm modules": _each_dtype("rmsnorm"),
+}
 
 
 # -- declared bindings --------------------------------------------------------------------------------------
@@ -285,5 +366,5 @@ def bind_call(binding: Binding, func: Any, names: list[str], args: tuple, kwargs
     return OpCall(d.name, inputs, outputs)
 
 
-__all__ = ["BUILT_IN", "Binding", "BuiltIn", "DTYPE", "NO_DEFINITION", "OpCall", "bind_call", "bindings_of",
+__all__ = ["BUILT_IN", "PATCH_TEMPLATES", "Binding", "BuiltIn", "DTYPE", "NO_DEFINITION", "OpCall", "bind_call", "bindings_of",
            "schema_names", "weight_as_seen", "written_arguments"]
