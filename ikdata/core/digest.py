@@ -72,6 +72,21 @@ def bytes_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def file_prefix_digest(path: Any, size: int | None = None, *, block: int = 1 << 20) -> tuple[int, str]:
+    """(bytes hashed, hex sha256) of a file's first ``size`` bytes (all of it when None), read a block at a
+    time: what an import journal checks a JSONL file grew from, without holding the file."""
+    h = hashlib.sha256()
+    done = 0
+    with open(path, "rb") as stream:
+        while size is None or done < size:
+            chunk = stream.read(block if size is None else min(block, size - done))
+            if not chunk:
+                break
+            h.update(chunk)
+            done += len(chunk)
+    return done, h.hexdigest()
+
+
 def parts_digest(parts: Any) -> str:
     """Hex sha256 over byte chunks (any buffers) in order: for digests defined by a sequence of parts,
     such as the noise recipe's (:mod:`ikdata.diffusion.noise`)."""

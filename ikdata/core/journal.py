@@ -15,6 +15,7 @@ journal that breaks this is refused whole, with a message, and nothing is applie
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from ikdata.core import manifest
-from ikdata.core.digest import bytes_digest
+from ikdata.core.digest import bytes_digest, file_prefix_digest
 from ikdata.core.errors import RecordError, StoreError
 from ikdata.core.faults import checkpoint
 from ikdata.core.locking import dataset_lock
@@ -158,19 +159,37 @@ def roll_forward(dst: Path) -> str:
 
 def _apply_append(dst: Path, step: dict) -> None:
     staged, target = dst / step["staged"], dst / step["target"]
-    payload = staged.read_bytes()
-    current = target.read_bytes() if target.is_file() else b""
+    payload = staged.read_bytes()  # the import's own lines; the target (a whole dataset's) is streamed
+    size = target.stat().st_size if target.is_file() else 0
     base = step["base_size"]
-    if len(current) < base or bytes_digest(current[:base]) != step["base_digest"]:
+    if size < base or (file_prefix_digest(target, base) if size else (0, bytes_digest(b""))) != (
+            base, step["base_digest"]):  # the file's first base_size bytes must be what the import saw
         raise StoreError(f"{target}: cannot finish the interrupted import, the file was rewritten meanwhile; "
                          f"remove {dst / STAGING} to abandon the import, then run it again", path=str(target))
-    if current[base:base + len(payload)] == payload:
+    if size >= base + len(payload) and _read_at(target, base, len(payload)) == payload:
         return  # already applied
     # Lines a capture appended after the kill stay; the import's lines go after them.
-    tail = current[base:]
-    if tail and not tail.endswith(b"\n"):
-        tail += b"\n"
-    write_atomic(target, [current[:base], tail, payload])
+    newline = [b"\n"] if size > base and _read_at(target, size - 1, 1) != b"\n" else []
+    write_atomic(target, itertools.chain(_blocks(target, size), newline, [payload]))
+
+
+def _read_at(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as stream:
+        stream.seek(offset)
+        return stream.read(length)
+
+
+def _blocks(path: Path, size: int, block: int = 1 << 20):
+    """The first ``size`` bytes of ``path``, a block at a time (nothing when ``size`` is 0)."""
+    if not size:
+        return
+    with open(path, "rb") as stream:
+        while size > 0:
+            chunk = stream.read(min(block, size))
+            if not chunk:
+                return
+            size -= len(chunk)
+            yield chunk
 
 
 __all__ = ["FORMAT", "JOURNAL", "STAGING", "check_steps", "recover", "roll_forward", "write_journal"]

@@ -37,7 +37,7 @@ import orjson
 
 from ikdata.core import manifest
 from ikdata.core.dataset import Dataset, detect_layout, IKDATA
-from ikdata.core.digest import bytes_digest
+from ikdata.core.digest import bytes_digest, file_prefix_digest
 from ikdata.core.errors import IkdataError, ProblemsFound, UsageError
 from ikdata.importing.foreign import LeftOut
 from ikdata.core.faults import checkpoint
@@ -255,9 +255,10 @@ def _stage_and_commit(plan: ImportPlan, dst: Path, parent: dict,
         payload = b"".join(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n" for r in records)
         staged = staging / f"append-{number}.part"
         write_atomic(staged, [payload])
-        base = (dst / target).read_bytes() if (dst / target).is_file() else b""
+        base_size, base_digest = file_prefix_digest(dst / target) if (dst / target).is_file() \
+            else (0, bytes_digest(b""))
         steps.append({"kind": "append", "staged": staged.relative_to(dst).as_posix(), "target": target,
-                      "base_size": len(base), "base_digest": bytes_digest(base)})
+                      "base_size": base_size, "base_digest": base_digest})
     for number, (target, data) in enumerate(sorted({**plan.definitions, **plan.carried.files}.items())):
         staged = staging / f"definition-{number}.part"
         write_atomic(staged, [data])

@@ -56,8 +56,11 @@ def _blob(root: Path, shape: tuple[int, ...], data: bytes, made: set[str]) -> di
     return {"type": "safetensors", "path": rel, "tensor_key": "tensor"}
 
 
-def generate(root: Path, rows: int, *, rows_per_blob: int = 8, seed: int = 0) -> dict:
-    """Write the dataset (rows, receipts, blobs, manifest) into an empty ``root``; return its sizes."""
+def generate(root: Path, rows: int, *, rows_per_blob: int = 8, seed: int = 0, first: int = 0) -> dict:
+    """Write the dataset (rows, receipts, blobs, manifest) into an empty ``root``; return its sizes.
+
+    Rows are numbered from ``first`` (their uuids and request ids), so two calls with disjoint ranges and
+    seeds make datasets that import into each other without conflicts."""
     from ikdata.core import manifest
 
     rng = np.random.default_rng(seed)
@@ -81,6 +84,7 @@ def generate(root: Path, rows: int, *, rows_per_blob: int = 8, seed: int = 0) ->
             row_lines, receipt_lines = [], []
             for i in range(start, min(rows, start + _CHUNK)):
                 g = i // rows_per_blob
+                i += first
                 m = int(ms[g])
                 uuid = uuid_of(i)
                 row_lines.append(dumps({"definition": NAME, "workload": {
@@ -95,14 +99,14 @@ def generate(root: Path, rows: int, *, rows_per_blob: int = 8, seed: int = 0) ->
     return {"rows": rows, "blobs": 8 + 2 * groups}
 
 
-def ensure(root: Path, rows: int, *, rows_per_blob: int = 8) -> bool:
+def ensure(root: Path, rows: int, *, rows_per_blob: int = 8, seed: int = 0, first: int = 0) -> bool:
     """Generate ``root`` unless a complete copy of that size is there; True when it was generated."""
     marker = root / ".complete"
     if marker.is_file() and marker.read_text().strip() == str(rows):
         return False
     if root.exists() and any(root.iterdir()):
         raise SystemExit(f"{root}: exists and is not a complete generated dataset of {rows} rows; remove it")
-    generate(root, rows, rows_per_blob=rows_per_blob)
+    generate(root, rows, rows_per_blob=rows_per_blob, seed=seed, first=first)
     return True
 
 
@@ -111,9 +115,11 @@ def main() -> None:
     parser.add_argument("dir", type=Path)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rows-per-blob", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first", type=int, default=0, help="number rows from here (uuids, request ids)")
     args = parser.parse_args()
     start = time.perf_counter()
-    made = ensure(args.dir, args.rows, rows_per_blob=args.rows_per_blob)
+    made = ensure(args.dir, args.rows, rows_per_blob=args.rows_per_blob, seed=args.seed, first=args.first)
     print(f"{args.dir}: {args.rows} rows {'generated' if made else 'already there'} "
           f"in {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
