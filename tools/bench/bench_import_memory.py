@@ -89,10 +89,10 @@ def main() -> None:
     parser.add_argument("--dst-rows", type=int, default=100_000)
     parser.add_argument("--src-rows", type=int, default=10_000)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "ikdata-bench-import-memory")
-    parser.add_argument("--smoke", action="store_true", help="2,000 into 10,000, a few seconds")
+    parser.add_argument("--smoke", action="store_true", help="500 into 2,000, a few seconds")
     args = parser.parse_args()
     if args.smoke:
-        args.dst_rows, args.src_rows = 10_000, 2_000
+        args.dst_rows, args.src_rows = 2_000, 500
     base = args.dir / f"dst-{args.dst_rows}"
     src = args.dir / f"src-{args.src_rows}"
     scale_gen.ensure(base, args.dst_rows, seed=1)

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 # every benchmark script in this folder, cheapest first; helpers (_bench.py, scale_gen.py, this file) are not
 ORDER = ("bench_boot", "capture_startup", "bench_stats", "bench_validate", "bench_index", "bench_capture",
          "capture_weight", "diffusion_capture", "bench_replay", "bench_diffusion_replay", "sampling_judge",
-         "bench_import", "bench_packs", "bench_ray", "bench_scale", "bench_remote")
+         "bench_import", "bench_import_memory", "bench_packs", "bench_ray", "bench_scale", "bench_remote", "bench_vllm")
 HELPERS = ("_bench", "run_all", "scale_gen")
 
 
