@@ -76,6 +76,9 @@ def _inject(name):
             yield extra
 
 
+VERDICTS: dict[str, int] = {}  # every HF run's verdict, counted (passed / failed / too_small)
+
+
 def hf_run(model, positions: int, seed: int, settings: dict, injection: str | None) -> bool:
     """One captured and replayed HF run; True when replay fails it."""
     from hf_runs import capture_run, replay_dir
@@ -84,7 +87,10 @@ def hf_run(model, positions: int, seed: int, settings: dict, injection: str | No
         capture_run(model, Path(tmp) / "ds", seed=seed, processors=extra, rows=max(1, positions // NEW_TOKENS),
                     **settings)
         result = replay_dir(Path(tmp) / "ds")
-        return any(g["verdict"] == "failed" for g in result.report.get("sampling") or ())
+        verdicts = [g["verdict"] for g in result.report.get("sampling") or ()]
+        for verdict in verdicts:
+            VERDICTS[verdict] = VERDICTS.get(verdict, 0) + 1
+        return "failed" in verdicts
 
 
 def loop_run(kind: str, positions: int, seed: int) -> bool:
@@ -155,7 +161,7 @@ def main() -> None:
     if args.what == "honest":
         failed = [run for run in range(args.runs) if hf_run(model, args.positions, run, honest_settings(run), None)]
         print(f"honest HF runs: {len(failed)} of {args.runs} failed at alpha 1e-3 ({args.positions} positions each; "
-              f"runs failed: {failed})", flush=True)
+              f"runs failed: {failed}; verdicts: {VERDICTS})", flush=True)
         loops = [run for run in range(args.loops) if loop_run("honest", 1024, run)]
         print(f"honest vLLM-style loops: {len(loops)} of {args.loops} failed at alpha 1e-3 (1,024 positions each)")
     else:

@@ -22,7 +22,7 @@ drawn is outside the kept set at that very position.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -31,18 +31,7 @@ OUTPUT = "output tokens"
 STRATA = (PROMPT, OUTPUT)
 EXACT_MAX = 20_000  # positions up to which the Poisson-binomial tail is computed exactly
 DIGITS = 6  # p rounded in the record (a report holds one number per aimed position)
-
-
-def stratum_tokens(context: np.ndarray, pad: int, generated: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt-only tokens, output tokens) of one position's context: distinct ids inside the vocabulary."""
-    row = np.asarray(context, np.int64)
-    length = len(row)
-    cut = max(length - max(int(generated), 0), 0)
-    prompt = row[max(int(pad), 0):cut]
-    output = row[cut:]
-    prompt = np.unique(prompt[(prompt >= 0) & (prompt < vocab)])
-    output = np.unique(output[(output >= 0) & (output < vocab)])
-    return np.setdiff1d(prompt, output, assume_unique=True), output
+WIDTH = 1024  # kept sets up to this size are read from one partition of the whole chunk
 
 
 def kept_of(x_row: np.ndarray, kept: int, temperature: float) -> tuple[np.ndarray, np.ndarray]:
@@ -54,34 +43,96 @@ def kept_of(x_row: np.ndarray, kept: int, temperature: float) -> tuple[np.ndarra
     return ids, w / w.sum()
 
 
-def strata(x: np.ndarray, temperature: np.ndarray, extras: Any, drawn: np.ndarray, judged: np.ndarray,
-           kept: np.ndarray, kept_ids: Mapping[int, np.ndarray],
-           kept_probs: Mapping[int, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """Per stratum: the mass p of its tokens at each judged position (0 < p < 1) and how many draws hit them.
-
-    ``judged``: the positions judged with a real draw (not greedy, not outside, not excluded).
-    """
-    rp = extras.repetition_penalty
-    output_on = (rp != 1) | (extras.presence_penalty != 0) | (extras.frequency_penalty != 0)
-    rows = np.flatnonzero(judged & output_on)
-    found: dict[str, dict[str, Any]] = {}
+def kept_blocks(x: np.ndarray, kept: np.ndarray, temperature: np.ndarray, rows: np.ndarray,
+                kept_ids: Mapping[int, np.ndarray], kept_probs: Mapping[int, np.ndarray],
+                width: int = WIDTH) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The kept distributions of ``rows`` as blocks (rows, ids [r, w], probs [r, w], zero past the kept set):
+    rows whose kept set is a prefix by value, by width (64 tokens, ``width``, the whole vocabulary: one
+    partition per block), then one block per row a warper changed (its kept ids given)."""
+    rows = np.asarray(rows, np.int64)
     vocab = x.shape[1]
-    for i in rows:
-        prompt, output = stratum_tokens(extras.context[i], int(extras.pad[i]), int(extras.generated[i]), vocab)
+    plain = np.array([int(i) not in kept_ids for i in rows], bool) if len(rows) else np.zeros(0, bool)
+    low = 0
+    blocks = []
+    for tier in sorted({min(64, vocab), min(width, vocab), vocab}):  # small kept sets read narrow, the rest wider
+        many = rows[plain & (kept[rows] > low) & (kept[rows] <= tier)] if len(rows) else rows
+        low = tier
+        step = max(1, (1 << 22) // tier)  # at most 4M values a block
+        blocks += [(tier, many[j:j + step]) for j in range(0, len(many), step)]
+    for tier, many in blocks:
+        sub = x[many]
+        if tier == vocab and (np.isfinite(sub).sum(axis=1) == kept[many]).all():  # every finite token kept
+            with np.errstate(over="ignore", invalid="ignore"):
+                w = np.exp((sub - sub.max(axis=1, keepdims=True)) / temperature[many][:, None])
+            w = np.where(np.isfinite(sub), w, 0.0)
+            yield many, np.broadcast_to(np.arange(vocab), sub.shape), w / w.sum(axis=1, keepdims=True)
+            continue
+        top = np.argpartition(-sub, tier - 1, axis=1)[:, :tier] if tier < vocab else \
+            np.broadcast_to(np.arange(vocab), sub.shape).copy()
+        values = np.take_along_axis(sub, top, axis=1).astype(np.float64)
+        order = np.argsort(-values, axis=1, kind="stable")
+        top, values = np.take_along_axis(top, order, axis=1), np.take_along_axis(values, order, axis=1)
+        inside = np.arange(tier)[None, :] < np.maximum(kept[many], 1)[:, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.where(inside, np.exp((values - values[:, :1]) / temperature[many][:, None]), 0.0)
+        yield many, top, w / w.sum(axis=1, keepdims=True)
+    for i in rows[~plain]:
         if int(i) in kept_ids:
             ids, probs = kept_ids[int(i)], kept_probs[int(i)]
         else:
             ids, probs = kept_of(x[i], int(kept[i]), float(temperature[i]))
-        for name, tokens, on in ((PROMPT, prompt, rp[i] != 1), (OUTPUT, output, True)):
-            if not on or not len(tokens):
-                continue
-            mass = float(probs[np.isin(ids, tokens)].sum())
-            mass = round(mass, DIGITS)
-            if not 0 < mass < 1:
-                continue
-            entry = found.setdefault(name, {"p": [], "hits": 0})
-            entry["p"].append(mass)
-            entry["hits"] += int(np.isin(int(drawn[i]), tokens))
+        yield np.array([i]), np.asarray(ids)[None, :], np.asarray(probs, np.float64)[None, :]
+
+
+def _keys(rows: np.ndarray, tokens: np.ndarray, take: np.ndarray, vocab: int) -> np.ndarray:
+    """Distinct (row, token) keys of the entries ``take`` selects (row: the block's local index)."""
+    return np.unique((rows[:, None] * vocab + tokens)[take])
+
+
+def strata(extras: Any, drawn: np.ndarray, judged: np.ndarray, vocab: int,
+           blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    """Per stratum: the mass p of its tokens at each judged position (0 < p < 1) and how many draws hit them.
+
+    ``judged``: the positions judged with a real draw (not greedy, not outside, not excluded); ``blocks``: their
+    kept distributions (:func:`kept_blocks`). Vectorised: the touched tokens as (row, token) keys, looked up
+    among the kept ids of each block of rows.
+    """
+    rp = extras.repetition_penalty
+    output_on = (rp != 1) | (extras.presence_penalty != 0) | (extras.frequency_penalty != 0)
+    found: dict[str, dict[str, Any]] = {}
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {PROMPT: [], OUTPUT: []}
+    for rows, ids, probs in blocks:
+        use_rows = (judged & output_on)[rows]
+        if not use_rows.all():
+            rows, ids, probs = rows[use_rows], ids[use_rows], probs[use_rows]
+        if not len(rows):
+            continue
+        ctx = extras.context[rows]
+        length = ctx.shape[1]
+        cols = np.arange(length)[None, :]
+        valid = (ctx >= 0) & (ctx < vocab)
+        cut = (length - np.maximum(extras.generated[rows], 0))[:, None]
+        local = np.arange(len(rows))
+        output = _keys(local, ctx, valid & (cols >= cut), vocab)
+        prompt = np.setdiff1d(_keys(local, ctx, valid & (cols >= extras.pad[rows][:, None]) & (cols < cut), vocab),
+                              output, assume_unique=True)
+        whole = ids.shape[1] == vocab and bool((ids == np.arange(vocab)).all())
+        id_keys = None if whole else local[:, None] * vocab + ids
+        hit_keys = local * vocab + drawn[rows]
+        for name, keys, on in ((PROMPT, prompt, rp[rows] != 1), (OUTPUT, output, np.ones(len(rows), bool))):
+            if whole:  # the whole vocabulary, in order: a token's probability is read directly
+                r = keys // vocab
+                mass = np.bincount(r, weights=probs[r, keys % vocab], minlength=len(rows))
+            else:
+                mass = (probs * np.isin(id_keys, keys)).sum(axis=1)
+            mass = np.round(mass, DIGITS)
+            hits = np.isin(hit_keys, keys)
+            use = on & (mass > 0) & (mass < 1)
+            parts[name].append((mass[use], hits[use]))
+    for name, got in parts.items():
+        masses = [float(v) for m, _ in got for v in m]
+        if masses:
+            found[name] = {"p": masses, "hits": int(sum(int(h.sum()) for _, h in got))}
     return found
 
 
@@ -127,5 +178,5 @@ def describe(test: Mapping[str, Any]) -> str:
             f"{test['p_value']:.3g} vs alpha {test['alpha']:.3g}")
 
 
-__all__ = ["EXACT_MAX", "OUTPUT", "PROMPT", "STRATA", "aimed_test", "describe", "kept_of", "poisson_binomial_pmf",
-           "strata", "stratum_tokens", "two_sided_p"]
+__all__ = ["EXACT_MAX", "OUTPUT", "PROMPT", "STRATA", "aimed_test", "describe", "kept_blocks", "kept_of",
+           "poisson_binomial_pmf", "strata", "two_sided_p"]

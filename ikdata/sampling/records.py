@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.sampling.aimed import kept_of, strata
+from ikdata.sampling.aimed import kept_blocks, strata
 from ikdata.sampling import independence
 from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
                                           judge_logits)
@@ -97,14 +97,20 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     small = sampled[judged.kept[sampled] <= SMALL_KEPT]
     large = sampled[judged.kept[sampled] > SMALL_KEPT]
     record["pit"] = _pit_part(np.concatenate([judged.u[large], judged.u[irregular]]))
+    drawn_ok = ok & ~judged.greedy & ~judged.outside
+    rows = np.flatnonzero(drawn_ok)
+    wanted = np.zeros(n, bool)
+    wanted[rows[:independence.MAX_ROWS]] = True
     if extras is not None:
-        drawn_ok = ok & ~judged.greedy & ~judged.outside
-        found = strata(logits, settings.temperature, extras, np.asarray(drawn, np.int64), drawn_ok, judged.kept,
-                       warped.kept_ids, warped.kept_probs)
+        wanted |= drawn_ok & ((extras.repetition_penalty != 1) | (extras.presence_penalty != 0)
+                              | (extras.frequency_penalty != 0))
+    blocks = list(kept_blocks(logits, judged.kept, settings.temperature, np.flatnonzero(wanted), warped.kept_ids,
+                              warped.kept_probs))  # each judged row's kept distribution, read once for both
+    if extras is not None:
+        found = strata(extras, np.asarray(drawn, np.int64), drawn_ok, logits.shape[1], blocks)
         if found:
             record["aimed"] = found  # the positions and tokens a penalty touches, tested on their own
-    record["independence"] = _independence(logits, settings, extras, np.asarray(drawn, np.int64), seeds,
-                                           np.flatnonzero(ok & ~judged.greedy & ~judged.outside), judged, warped, seed)
+    record["independence"] = _independence(extras, np.asarray(drawn, np.int64), seeds, rows, blocks, seed)
     draws, distributions = [], {}
     vocab = logits.shape[1]
     width = min(vocab, SMALL_KEPT)
@@ -140,21 +146,25 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     return record
 
 
-def _independence(x: np.ndarray, settings: Settings, extras: Extras | None, drawn: np.ndarray,
-                  seeds: Sequence[int] | None, rows: np.ndarray, judged: Any, warped: Warped,
-                  seed: int) -> dict[str, Any]:
+def _independence(extras: Extras | None, drawn: np.ndarray, seeds: Sequence[int] | None, rows: np.ndarray,
+                  blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seed: int) -> dict[str, Any]:
     """Token-order PITs of (at most MAX_ROWS of) the judged rows, paired as neighbours, keyed by seed and step."""
     rows = rows[:independence.MAX_ROWS]
     rng = np.random.default_rng(seed + 3)
     given = np.asarray(seeds, np.int64) if seeds is not None else np.full(len(drawn), -1)
     shared = len(rows) > 1 and len(set(given[rows].tolist())) == 1
+    wanted = set(rows.tolist())
+    v = {}
+    for block, ids, probs in blocks:
+        mine = drawn[block][:, None]
+        before = (probs * (ids < mine)).sum(axis=1)
+        atom = (probs * (ids == mine)).sum(axis=1)
+        for i, value in zip(block, before + rng.random(len(block)) * atom):
+            if int(i) in wanted:
+                v[int(i)] = float(value)
     draws, keys = [], []
     for i in rows:
-        if int(i) in warped.kept_ids:
-            ids, probs = warped.kept_ids[int(i)], warped.kept_probs[int(i)]
-        else:
-            ids, probs = kept_of(x[i], int(judged.kept[i]), float(settings.temperature[i]))
-        draws.append((int(i), independence.token_pit(ids, probs, int(drawn[i]), float(rng.random()))))
+        draws.append((int(i), v[int(i)]))
         if extras is None or given[i] < 0:
             keys.append(None)
         else:

@@ -9,7 +9,10 @@ few strong tokens per row), then timed in the same run:
   order, the exclusions, the outside check and the randomized PIT of each draw;
 * ``ikdata.sampling.pipeline.process`` on the same chunk: a repetition penalty over a 64-token
   context and a presence penalty over its last 16 tokens, in the vLLM order (what the judge adds
-  before the cuts when a request declares penalties).
+  before the cuts when a request declares penalties);
+* ``ikdata.sampling.records.record_logits`` on the same chunk with those penalties: what replay does
+  per workload (penalties, cuts, the PIT, the aimed tests' strata and the independence test's
+  token-order PITs, each a pass over the kept tokens of every judged row).
 
 Settings vary per row the way a server's requests do (temperature 0 / 0.6 / 0.7 / 1.0,
 top_k off / 20 / 50, top_p off / 0.8 / 0.9 / 0.95, min_p off / 0.05). The generated
@@ -35,6 +38,7 @@ from _bench import load_average  # noqa: E402
 
 from ikdata.sampling.distribution import Settings, judge_logits  # noqa: E402
 from ikdata.sampling.pipeline import Extras, process  # noqa: E402
+from ikdata.sampling.records import record_logits  # noqa: E402
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -63,7 +67,7 @@ def main() -> None:
     if args.smoke:
         args.positions, args.vocab = 2000, 4000
     rng = np.random.default_rng(0)
-    base = judge = penalties = 0.0
+    base = judge = penalties = record = 0.0
     judged = excluded = 0
     for start in range(0, args.positions, args.chunk):
         rows = min(args.chunk, args.positions - start)
@@ -77,7 +81,10 @@ def main() -> None:
                            repetition_penalty=1.2, presence_penalty=0.5)
         t3 = time.perf_counter()
         process(x, extras, "vllm")
-        penalties += time.perf_counter() - t3
+        t4 = time.perf_counter()
+        record_logits(x, settings, drawn, np.arange(rows) + start, order="vllm", extras=extras, seed=start)
+        record += time.perf_counter() - t4
+        penalties += t4 - t3
         base += t1 - t0
         judge += t2 - t1
         judged += int((found.status == 0).sum())
@@ -86,6 +93,7 @@ def main() -> None:
     print(f"  numpy softmax (baseline) {base:8.2f} s")
     print(f"  judge_logits             {judge:8.2f} s   ratio {judge / base:.2f}x (target <= 3x)")
     print(f"  penalties (pipeline)     {penalties:8.2f} s   ratio {penalties / base:.2f}x")
+    print(f"  record_logits (replay)   {record:8.2f} s   ratio {record / base:.2f}x (penalties, aimed, independence)")
     print(f"  judged {judged:,}, excluded {excluded:,}")
 
 
