@@ -49,7 +49,9 @@ def test_dash_h_on_the_whole_command_needs_no_typer():
 
 
 def test_shell_completion_script_and_completing_a_command():
-    done = subprocess.run([IKDATA, "--show-completion", "bash"], capture_output=True, text=True, timeout=120)
+    detection_off = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}  # name the shell: no ps
+    done = subprocess.run([IKDATA, "--show-completion", "bash"], capture_output=True, text=True, timeout=120,
+                          env=detection_off)
     assert done.returncode == 0 and "_IKDATA_COMPLETE=complete_bash" in done.stdout, done.stdout + done.stderr
     env = {**os.environ, "_IKDATA_COMPLETE": "complete_bash", "COMP_WORDS": "ikdata replay-c", "COMP_CWORD": "1"}
     done = subprocess.run([IKDATA], capture_output=True, text=True, env=env, timeout=120)
