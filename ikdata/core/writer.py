@@ -77,10 +77,15 @@ class NewWorkload:
 class DatasetWriter:
     """Writes definitions, blobs, rows and receipts into an ikdata dataset.
 
+    Call :meth:`commit` when done: rows and receipts are appended as they are added, but the dataset
+    is committed (its manifest lists them, its id changes) only then; until then ``validate`` names an
+    uncommitted DatasetWriter. docs/library.md walks through it.
+
     Example:
         >>> writer = DatasetWriter("runs/gemm")
         >>> writer.add_definition(definition)
         >>> writer.add(definition, {"A": a, "W": w}, {"C": c}, {"request_id": "r1", "step": 0})
+        >>> dataset_id = writer.commit()
     """
 
     def __init__(self, root: str | os.PathLike) -> None:
