@@ -367,7 +367,8 @@ def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = Non
     if state.can_roll_forward:
         found.append(f"{manifest.MANIFEST} does not yet list what a capture, replay, gc or a DatasetWriter "
                      "(before its commit()) wrote after it"
-                     if (root / manifest.MANIFEST).exists() else f"the dataset has no {manifest.MANIFEST}")
+                     if (root / manifest.MANIFEST).exists() else
+                     f"the dataset has no {manifest.MANIFEST} (a DatasetWriter writes it on commit())")
     return found
 
 

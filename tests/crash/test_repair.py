@@ -56,7 +56,7 @@ def test_a_capture_whose_commit_never_ran_is_rolled_forward(committed):
 
 def test_no_manifest_at_all_is_written(tmp_path):
     root = capture(tmp_path / "ds", rows=2, commit=False)  # capture on without the committing runner
-    assert pending_repair(root) == ["the dataset has no ikdata.json"]
+    assert pending_repair(root) == ["the dataset has no ikdata.json (a DatasetWriter writes it on commit())"]
     report = repair_dataset(root)
     assert report.manifest == "written" and problems(root) == []
 

@@ -105,6 +105,10 @@ def test_a_writer_left_without_commit_is_named_in_the_hint(tmp_path):
     new_file = [p for p in problems if "does not list definitions/gemm/gemm_other.json" in p]
     assert new_file and "call commit() on the DatasetWriter that added it" in new_file[0], problems
     assert any("a DatasetWriter (before its commit()) wrote after it: run 'ikdata repair" in p for p in problems)
+    fresh = _write(tmp_path / "fresh", commit=False)  # a new folder: no manifest at all
+    problems = [str(p) for p in ikdata.validate(fresh).problems]
+    assert any("the dataset has no ikdata.json (a DatasetWriter writes it on commit())" in p for p in problems), \
+        problems
 
 
 def test_the_library_page_runs_as_printed(tmp_path, monkeypatch):
