@@ -210,3 +210,20 @@ print("the program ran")
     assert "error: capture was not enabled in process" in text
     assert "program.py): RuntimeError: built-in adapters broke on purpose" in text
     assert not into.exists()
+
+
+def test_with_the_variable_set_by_hand_each_process_writes_its_census_into_the_dataset(tmp_path):
+    from capture_helpers import capture_env, run_python
+
+    script = write_script(tmp_path, "program.py", LOOP)
+    into = tmp_path / "ds"
+    done = run_python(script, capture_env({"into": str(into)}))
+    assert done.returncode == 0, done.stderr
+    [path] = (into / "census").glob("*.jsonl")
+    records, problems = census.read(into)
+    assert problems == [] and len(records) == 1
+    assert records[0]["run"] is None and path.name == f"{records[0]['host']}-{records[0]['pid']}.jsonl"
+    assert census.summarise(records).recorded_calls == 1
+    manifest = CliRunner().invoke(app, ["manifest", str(into)])
+    assert manifest.exit_code == 0, manifest.output
+    assert CliRunner().invoke(app, ["validate", str(into)]).exit_code == 0
