@@ -148,7 +148,10 @@ def lineage(ctx: typer.Context, path: DatasetOrUrlArg,
             dot: Annotated[bool, typer.Option("--dot", help="Print the parent graph for Graphviz.")] = False,
             json_: JsonOpt = False, quiet: QuietOpt = False, endpoint_url: EndpointOpt = None,
             profile: ProfileOpt = None) -> None:
-    """Trace a workload to its capture, imports and validations; or show the parent graph."""
+    """Trace a workload to its capture, imports and validations; or show the parent graph.
+
+    A clone also shows where it was copied from (the note clone keeps beside the dataset).
+    """
     from ikdata.cli import _read
 
     o = out.Output(json=json_, quiet=quiet)
