@@ -81,11 +81,15 @@ class CaptureResult:
 
     def census_problems(self) -> list[str]:
         """What makes the run a failure by the census: processes capture could not enable, adapters that
-        did not install. One line each, naming the process and the reason."""
+        did not install. One line per reason, naming the processes (a server's workers fail alike)."""
         found = [f"capture was not enabled in process {p['pid']} ({' '.join(p['argv'])[:120]}): {p['reason']}"
                  for p in self.not_enabled]
-        found += [f"--adapter {a['module']} failed to install in process {a['pid']}: {a['error']}"
-                  for a in self.adapter_failures]
+        by_error: dict[tuple[str, str], list[int]] = {}
+        for a in self.adapter_failures:
+            by_error.setdefault((a["module"], a["error"]), []).append(a["pid"])
+        for (module, error), pids in by_error.items():
+            where = f"process {pids[0]}" if len(pids) == 1 else f"{len(pids)} processes ({', '.join(map(str, pids))})"
+            found.append(f"--adapter {module} failed to install in {where}: {error}")
         return found
 
     def lost_calls(self) -> list[str]:

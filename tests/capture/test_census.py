@@ -227,3 +227,14 @@ def test_with_the_variable_set_by_hand_each_process_writes_its_census_into_the_d
     manifest = CliRunner().invoke(app, ["manifest", str(into)])
     assert manifest.exit_code == 0, manifest.output
     assert CliRunner().invoke(app, ["validate", str(into)]).exit_code == 0
+
+
+def test_an_adapter_failing_alike_in_every_worker_is_one_line_naming_them_all():
+    from ikdata.capture.runner import CaptureResult
+
+    failures = [{"pid": pid, "module": "mine", "error": "RuntimeError: x"} for pid in (11, 12, 13)]
+    off = [{"pid": 14, "host": "h", "argv": ["serve.py", "--tp", "2"], "reason": "UsageError: bad"}]
+    result = CaptureResult(0, {}, adapter_failures=failures, not_enabled=off)
+    assert result.census_problems() == [
+        "capture was not enabled in process 14 (serve.py --tp 2): UsageError: bad",
+        "--adapter mine failed to install in 3 processes (11, 12, 13): RuntimeError: x"]
