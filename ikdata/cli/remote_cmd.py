@@ -147,3 +147,5 @@ def _report(result, path: Path, o: out.Output) -> None:
              f"{result.blobs_present} already present{merged}")
     if result.rejudged:
         out.info(result.rejudged)
+    for line in result.cache_ignored:
+        out.info(f"{result.url}: {line}")

@@ -29,7 +29,7 @@ from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object
 from ikdata.remote.local_dataset import open_source
 from ikdata.remote.backend import parse_remote_manifest
 from ikdata.core.packs import PACK_DIR, cached_packs
-from ikdata.remote.packs import Landed, fetch_members, find_remote_packs
+from ikdata.remote.packs import IndexCache, Landed, fetch_members, find_remote_packs
 from ikdata.remote.transfer import DEFAULT_JOBS, Progress, ProgressCallback, run_parallel
 from ikdata.remote.url import RemoteOptions
 from ikdata.core.store import BLOB_DIR, blob_path, digest_from_path, link_or_copy, make_temp, rehash_file, rehash_files
@@ -50,6 +50,8 @@ class PullResult:
         files_fetched: definition/row/receipt/report files downloaded.
         added: workloads a merge brought in (pull into existing data).
         rejudged: how a merge took the remote's verdicts (re-judged here, or trusted), in a line.
+        cache_ignored: per-user cache entries of remote pack indexes that were damaged or not this
+            remote's ("path: why"); ignored (the index was read from the remote).
     """
 
     url: str
@@ -62,6 +64,7 @@ class PullResult:
     files_fetched: int = 0
     added: int = 0
     rejudged: str | None = None
+    cache_ignored: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         found = {"url": self.url, "how": self.how, "dataset_id": self.dataset_id, "remote_id": self.remote_id,
@@ -69,6 +72,8 @@ class PullResult:
                  "blobs_present": self.blobs_present, "files_fetched": self.files_fetched, "added": self.added}
         if self.rejudged is not None:
             found["rejudged"] = self.rejudged
+        if self.cache_ignored:
+            found["cache_ignored"] = list(self.cache_ignored)
         return found
 
 
@@ -84,6 +89,7 @@ class Snapshot:
     blobs_fetched: int
     bytes_fetched: int
     blobs_present: int
+    cache_ignored: tuple[str, ...] = ()
 
 
 def read_remote(backend: Backend) -> tuple[dict[str, Any], bytes, str]:
@@ -152,7 +158,7 @@ def is_blob_path(rel: str) -> bool:
 
 def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path | None = None,
                 jobs: int = DEFAULT_JOBS, progress: ProgressCallback | None = None,
-                listed: dict[str, int] | None = None) -> tuple[int, int, int]:
+                listed: dict[str, int] | None = None, cache: IndexCache | None = None) -> tuple[int, int, int]:
     """Bring every wanted blob into ``target``, verified; return (fetched, bytes, present).
 
     Blobs already in ``target`` (from an interrupted run) or in ``have`` (linked) are not downloaded.
@@ -191,7 +197,7 @@ def fetch_blobs(backend: Backend, wanted: set[str], target: Path, *, have: Path 
         return 0, 0, present
     if listed is None:
         listed = backend.list_objects(BLOB_PREFIX)
-    remote = find_remote_packs(backend, listed, local_root=have, jobs=jobs)
+    remote = find_remote_packs(backend, listed, local_root=have, cache=cache, jobs=jobs)
     by_pack: dict[str, list[str]] = {}
     for rel in todo:
         pack = remote.members.get(digest_from_path(rel))
@@ -312,8 +318,9 @@ def fetch_snapshot(backend: Backend, target: Path, *, have: Path | None = None, 
     listed = backend.list_objects("")  # one listing of the whole remote: small files, blobs, packs
     files = fetch_files(backend, manifest, target, jobs=jobs, listed=listed)
     wanted = referenced_blobs(target)
+    cache = IndexCache()
     fetched, nbytes, present = fetch_blobs(backend, wanted, target, have=have, jobs=jobs, progress=progress,
-                                           listed=listed)
+                                           listed=listed, cache=cache)
     from ikdata.core.store import write_atomic
 
     write_atomic(target / manifest_mod.MANIFEST, [data])
@@ -322,7 +329,8 @@ def fetch_snapshot(backend: Backend, target: Path, *, have: Path | None = None, 
         # The remote's blob set holds blobs no row names; keep the verified referenced ones and
         # record the remote as the parent of a manifest that describes what is really here.
         manifest_mod.write(target, parent={"id": remote_id, "how": "clone", "source": backend.url})
-    return Snapshot(target, manifest, data, remote_id, files, fetched, nbytes, present)
+    return Snapshot(target, manifest, data, remote_id, files, fetched, nbytes, present,
+                    tuple(f"{path}: {why}" for path, why in sorted(cache.ignored.items())))
 
 
 def _staging(dest: Path, kind: str, remote_id: str) -> Path:
@@ -358,7 +366,8 @@ def clone(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = 
     dest.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staging, dest)
     return PullResult(url, "clone", manifest_mod.current_id(dest) or snap.remote_id, snap.remote_id,
-                      snap.blobs_fetched, snap.bytes_fetched, snap.blobs_present, snap.files_fetched)
+                      snap.blobs_fetched, snap.bytes_fetched, snap.blobs_present, snap.files_fetched,
+                      cache_ignored=snap.cache_ignored)
 
 
 def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = None, jobs: int = DEFAULT_JOBS,
@@ -404,7 +413,8 @@ def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = N
     shutil.rmtree(staging, ignore_errors=True)
     return PullResult(url, "pull", result.dataset_id or local_id or "", snap.remote_id, snap.blobs_fetched,
                       snap.bytes_fetched, snap.blobs_present, snap.files_fetched, len(result.added),
-                      result.rejudged.statement() if result.rejudged is not None else None)
+                      result.rejudged.statement() if result.rejudged is not None else None,
+                      cache_ignored=snap.cache_ignored)
 
 
 def _sha256(path: Path) -> str:

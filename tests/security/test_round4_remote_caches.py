@@ -161,3 +161,21 @@ def test_damaged_and_foreign_cache_entries_are_named_and_ignored(request, tmp_pa
         again.cache_ignored
     clone(c, tmp_path / "copy-c")
     assert validate(ikdata.open(tmp_path / "copy-c"), deep=True).ok
+
+
+def test_clone_names_a_damaged_cache_entry_and_reads_the_index_instead(request, tmp_path, make_ikdata_dataset):
+    from typer.testing import CliRunner
+
+    from ikdata.cli import app
+
+    small = make_ikdata_dataset(3, name="small")
+    url = url_for("s3", request, tmp_path)
+    push(small, url)
+    [entry] = _entries(tmp_path / "cache")
+    entry.write_bytes(b"{not json")
+    result = CliRunner().invoke(app, ["clone", url, str(tmp_path / "copy")])
+    assert result.exit_code == 0, result.output
+    assert any(str(entry) in line and "damaged cache entry, ignored" in line for line in result.output.splitlines()), \
+        result.output
+    assert validate(ikdata.open(tmp_path / "copy"), deep=True).ok
+    assert json.loads(entry.read_text())["index"].endswith(".index.json")  # rewritten from what the remote served
