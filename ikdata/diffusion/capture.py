@@ -142,6 +142,8 @@ def _patch_class(cls: type) -> int:
     bases = {c.__name__ for c in cls.__mro__}  # ModularPipeline defines __call__ on the base itself
     if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("set_timesteps")):
         _wrap(cls, "set_timesteps", _set_timesteps_wrapper)  # the schedule's arguments (replay's schedule check)
+    if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("add_noise")):
+        _wrap(cls, "add_noise", _add_noise_wrapper)  # a partial schedule's start: the image's latents noised
     if bases & set(SCHEDULER_BASES) and callable(cls.__dict__.get("step")):
         _wrap(cls, "step", _step_wrapper)
         return 1
@@ -196,6 +198,18 @@ def _step_wrapper(original: Callable) -> Callable:
         return recorder.on_step(original, self, args, kwargs)
 
     return step
+
+
+def _add_noise_wrapper(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def add_noise(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        recorder = active()
+        if recorder is not None and not recorder.in_step:
+            recorder.on_add_noise(self, args, kwargs, result)
+        return result
+
+    return add_noise
 
 
 def _set_timesteps_wrapper(original: Callable) -> Callable:

@@ -84,6 +84,10 @@ class TrajectoryRecorder:
         self.step_draws: list[Blob] | None = None  # noise drawn inside the scheduler step being recorded
         self.set_timesteps: dict[int, dict[str, Any]] = {}  # id(scheduler) -> its last set_timesteps arguments
         self.noise_check: dict[str, bool] = {}
+        self.noised: list[tuple[Any, Any, Any]] = []  # (original latents, noise, result) of add_noise before step 0
+        self.init: dict[str, Blob] = {}  # stream -> the latents add_noise noised into its first x (partial schedule)
+        self.starts: dict[str, int] = {}  # stream -> the schedule index its first step takes (strength < 1)
+        self.edits: list[dict[str, Any]] = []  # latents changed between steps while a callback_on_step_end was set
         self.noise_reason: str | None = None
         self.denoiser_calls: list[DenoiserCall] = []
         self.denoiser_skipped: str | None = None  # why no step has denoiser workloads
@@ -113,16 +117,31 @@ class TrajectoryRecorder:
         if not self.steps and not self.counts and len(self.draws) < 8:
             self.draws.append((generator, tensor.detach().clone()))
 
+    def on_add_noise(self, sched: Any, args: tuple, kwargs: dict, result: Any) -> None:
+        """``scheduler.add_noise(original, noise, timesteps)`` before the first step: how a partial schedule
+        (img2img, inpainting with strength < 1) makes its first latents from the image's."""
+        if self.steps or self.counts or len(self.noised) >= 8:
+            return
+        values = list(args[:2]) + [None] * (2 - min(2, len(args)))
+        original = kwargs.get("original_samples", values[0])
+        noise = kwargs.get("noise", values[1])
+        if _is_tensor(original) and _is_tensor(noise) and _is_tensor(result):
+            self.noised.append((original.detach().clone(), noise.detach(), result.detach().clone()))
+
     def on_step(self, original: Callable, sched: Any, args: tuple, kwargs: dict) -> Any:
         stream = self._stream_of(sched)
         index = self.counts.get(stream, 0)
         self.counts[stream] = index + 1
         model_output, timestep, sample = _step_args(args, kwargs)
         if index == 0:
+            self.starts[stream] = _start_index(sched, timestep)
             self._check_noise(stream, sample)
         if not self._selected(stream, index):
             return original(sched, *args, **kwargs)
         last = self.last_next.get(stream)
+        if last is not None and not (last[0] is sample and sample._version == last[1]) and \
+                self.bound.get("callback_on_step_end") is not None:  # the callback returned (or changed) the latents
+            self.edits.append({"stream": stream, "step": index - 1, "by": "callback_on_step_end"})
         x = self._host_x(stream, sample)
         reused = last is not None and x is last[2]  # x is the previous x_next: no new bytes
         out = self.queue.copy(model_output)
@@ -248,7 +267,7 @@ class TrajectoryRecorder:
         if isinstance(generator, torch.Generator) and generator.device.type == "cpu" and drawn.is_floating_point():
             recipe = noise_mod.draw(generator.initial_seed(), [noise_mod.Stream(f"s{k}", tuple(d.shape))
                                                               for k, (_, d) in enumerate(self.draws[:order + 1])])
-            layout = _matches_packed(self.pipe, stream, sample, drawn)
+            layout = _matches_packed(self.pipe, stream, sample, drawn) or self._noised(stream, sample, drawn)
             # a pipeline in bf16/fp16 draws in its dtype: torch.randn then gives the float32 recipe's numbers rounded
             as_drawn = torch.equal(recipe[f"s{order}"].to(drawn.dtype), drawn)
             same = as_drawn and layout is not None
@@ -262,6 +281,18 @@ class TrajectoryRecorder:
                                  "pipeline's _pack_latents, or times the scheduler's init_noise_sigma (the pipeline "
                                  "made them another way)")
         self.noise_check[stream] = bool(same)
+
+    def _noised(self, stream: str, sample: Any, drawn: Any) -> str | None:
+        """"add_noise" when ``sample`` is what the scheduler's add_noise made from the drawn noise (a partial
+        schedule's start); its original latents are kept for the trajectory (``init``)."""
+        import torch
+
+        for original, noise, result in self.noised:
+            if noise.shape == drawn.shape and torch.equal(noise.to(drawn.dtype), drawn) and \
+                    result.shape == sample.shape and torch.equal(result, sample.detach()):
+                self.init[stream] = self.queue.copy(original)
+                return "add_noise"
+        return None
 
     def _install_denoiser_hook(self) -> None:
         from ikdata.diffusion import denoisers
@@ -345,6 +376,21 @@ def _step_args(args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
         if name in kwargs:
             values[i] = kwargs[name]
     return values[0], values[1], values[2]
+
+
+def _start_index(sched: Any, timestep: Any) -> int:
+    """Where in its schedule a stream's first step is: the scheduler's ``begin_index`` (img2img and inpainting
+    set it from ``strength``), else the first position of the step's timestep in ``scheduler.timesteps``."""
+    begin = getattr(sched, "begin_index", None)
+    if isinstance(begin, int) and begin >= 0:
+        return begin
+    timesteps, t = getattr(sched, "timesteps", None), _number(timestep)
+    if timesteps is None or t is None or not hasattr(timesteps, "__len__"):
+        return 0
+    for i, value in enumerate(timesteps):
+        if _number(value) == t:
+            return i
+    return 0
 
 
 def _sigmas(sched: Any) -> tuple[float | None, float | None]:

@@ -305,7 +305,9 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         "steps": [], "continuity": [], "noise": {}, "schedule": {}, "decode": None, "level": None, "notes": []}
     _check_limits(ctx, traj)  # before a schedule, a noise draw or a scheduler is made from the record
     measures["continuity"] = _continuity(ctx, traj)
-    expected = int(record["request"]["steps"])
+    measures["notes"] += [f"{item['edited']} ({item['stream']}): the next step is judged from the edited latent"
+                          for item in measures["continuity"] if item.get("edited")]
+    expected = int(record["request"]["steps"]) + start_of(record)  # the reference schedule's whole length
     first_x = next((s for s in record["steps"] if s["stream"] == streams[0]), None)
     seq_len = first_x["x"]["shape"][1] if first_x and len(first_x["x"].get("shape") or []) == 3 else None
     arguments = (record["scheduler"].get("set_timesteps") or {}).get(streams[0])
@@ -316,6 +318,7 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     reference = families.schedule_values(sched, len(sched.timesteps))
     measures["noise"] = _noise(ctx, traj, sched)
     measures["schedule"] = _schedule_check(record, reference, expected)
+    measures["start"] = start_of(record)
     if measures["schedule"]["stopped"]:
         return measures
     io = families.STREAMS.get(model_summary.get("class") or "", {})  # declared hints; the rest is discovered
@@ -427,21 +430,29 @@ def _schedule_check(record: dict, reference: list, expected: int) -> dict[str, A
     found = {"reference_steps": len(reference), "steps": expected, "reference_sigmas": ref_sigmas,
              "stopped": False, "reason": None}
     if len(reference) != expected:
-        found.update(stopped=True, reason=f"the trajectory took {expected} steps, the reference schedule has "
-                                          f"{len(reference)}")
+        start = start_of(record)
+        took = f"{expected - start} steps from index {start}" if start else f"{expected} steps"
+        found.update(stopped=True, reason=f"the trajectory took {took}, the reference schedule has {len(reference)}")
         return found
     for step in record["steps"]:
-        i = step["index"]
+        i = step["index"] + start_of(record)  # a partial schedule's step 0 is the reference's step start
         sigma, sigma_next, timestep = reference[i]
         for name, want in (("sigma", sigma), ("sigma_next", sigma_next), ("timestep", timestep)):
             got = step.get(name)
             if got is None or want is None:
                 continue
             if not math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-7):
-                found.update(stopped=True, reason=f"step {i} ({step['stream']}): {name} {got!r}, the reference "
-                                                  f"schedule's is {want!r}")
+                at = f", schedule index {i}" if i != step["index"] else ""
+                found.update(stopped=True, reason=f"step {step['index']} ({step['stream']}{at}): {name} {got!r}, the "
+                                                  f"reference schedule's is {want!r}")
                 return found
     return found
+
+
+def start_of(record: Mapping[str, Any]) -> int:
+    """The schedule index a trajectory's first step took (``request.start``: img2img, inpainting; else 0)."""
+    start = (record.get("request") or {}).get("start")
+    return start if isinstance(start, int) and not isinstance(start, bool) and start >= 0 else 0
 
 
 def _continuity(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
@@ -455,9 +466,11 @@ def _continuity(ctx: _Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]
         final = record["final"].get(stream)
         if final is not None and steps:
             pairs.append((steps[-1], None, "the final latent vs the last x_next", final))
-        for step, _, what, other in pairs:
+        for step, nxt, what, other in pairs:
             equal = digest_from_path(step["x_next"]["path"]) == digest_from_path(other["path"])
             item = {"stream": stream, "step": step["index"], "what": what, "equal": equal, "rel": 0.0 if equal else None}
+            if not equal and nxt is not None and (stream, step["index"]) in traj_mod.edited(record):
+                item["edited"] = f"edited by callback_on_step_end at step {step['index']}"
             if not equal:
                 a, b = ctx.tensor(step["x_next"], where), ctx.tensor(other, where)
                 item["rel"] = _rel(b, a) if a.shape == b.shape else math.inf
@@ -491,6 +504,10 @@ def _noise(ctx: _Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[
                                                     "pipeline drew no noise from a generator for it"}
             continue
         first_x = ctx.tensor(first[0]["x"], where)
+        init = (record.get("init") or {}).get(stream)
+        if init is not None:  # a partial schedule: x is the image's latents noised to the start's timestep
+            found[stream] = _noised(ctx, sched, first_x, ctx.tensor(init, where), drawn[stream], start_of(record))
+            continue
         x = first_x.float().flatten().sort().values
         recipe = drawn[stream].to(first_x.dtype)  # a bf16 pipeline draws the recipe's numbers rounded: cast them
         candidates = [("sorted values", recipe)]
@@ -512,6 +529,24 @@ def _noise(ctx: _Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[
                 break
         found[stream] = best
     return found
+
+
+def _noised(ctx: _Context, sched: Any, first_x: torch.Tensor, init: torch.Tensor, drawn: torch.Tensor,
+            start: int) -> dict[str, Any]:
+    """The first x of a partial schedule against the reference scheduler's ``add_noise(init, the recipe's noise in
+    the pipeline's dtype, timesteps[start])``, element by element (the layout is the pipeline's own)."""
+    method = "add_noise(init, noise, timesteps[start])"
+    if sched is None or not callable(getattr(sched, "add_noise", None)) or start >= len(sched.timesteps):
+        return {"equal": None, "method": method, "note": "cannot decide: the reference scheduler has no add_noise or "
+                                                         f"no timestep at index {start}"}
+    if init.shape != first_x.shape or drawn.numel() != first_x.numel():
+        return {"equal": False, "rel": math.inf, "method": method,
+                "note": f"init {tuple(init.shape)}, noise {tuple(drawn.shape)} and the first x {tuple(first_x.shape)} "
+                        "do not fit"}
+    want = sched.add_noise(init, drawn.to(first_x.dtype).reshape(first_x.shape), sched.timesteps[start:start + 1])
+    equal = bool(torch.equal(want.to(first_x.dtype), first_x))
+    return {"equal": equal, "rel": 0.0 if equal else _rel(first_x, want), "method": method, "start": start,
+            **({"dtype": str(first_x.dtype)} if first_x.dtype != torch.float32 else {})}
 
 
 def _conditioning(ctx: _Context, step: dict, where: str) -> tuple[Any, dict, dict]:
@@ -597,7 +632,7 @@ def _plans(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict
     calls = _calls(ctx, by_stream[main], where)
     xs = {s: ctx.tensor(st["x"], where) for s, st in by_stream.items()}
     outs = {s: ctx.tensor(st["out"], where) for s, st in by_stream.items()}
-    plans, missing = streams_mod.plan(calls, xs, outs, io, sched, index)
+    plans, missing = streams_mod.plan(calls, xs, outs, io, sched, index + start_of(traj.record))
     if missing and not plans:
         model_class = (traj.record.get("model") or {}).get("class")
         raise RecordError(f"step {index}: replay cannot find the streams in the calls of denoiser {model_class!r}: "
@@ -619,7 +654,7 @@ def _guidance(ctx: _Context, traj: traj_mod.Trajectory, steps_by_index: dict[int
         for stream, p in plans.items():
             out = ctx.tensor(steps_by_index[index][stream]["out"], where)
             found.setdefault(stream, []).append((index, streams_mod.matching(
-                p, [raw for _, _, raw in calls], out, xs[stream], _sigma(reference, index),
+                p, [raw for _, _, raw in calls], out, xs[stream], _sigma(reference, index + start_of(traj.record)),
                 families.guidance(request, pipeline_class, stream))))
     chosen: dict[str, Any] = {}
     for stream, per_step in found.items():
@@ -641,9 +676,10 @@ def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[
 
     settings, where = ctx.settings, f"{traj.source}:{traj.line}"
     calls, xs, plans = _plans(ctx, traj, index, by_stream, io, sched)
+    pos = index + start_of(traj.record)  # the step's place in the reference schedule (a partial one starts later)
     fed = [dict(inputs) for _, inputs, _ in calls]
     for stream, p in plans.items():  # every step starts from the trajectory's x, as the pipeline fed it
-        candidate = dict(streams_mod.transforms(sched, index, xs[stream])).get(p.transform, xs[stream])
+        candidate = dict(streams_mod.transforms(sched, pos, xs[stream])).get(p.transform, xs[stream])
         for c, name in p.inputs:
             captured = fed[c][name]
             rebuilt = streams_mod.rebuild(candidate, captured)
@@ -659,13 +695,13 @@ def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[
         if settings.alt_attention else None
     raw_hi, higher = _higher_forwards(ctx, calls, fed, model, measures)
     engine_raw = [raw for _, _, raw in calls]
-    sigma_ref = reference[index][0] if index < len(reference) else None
+    sigma_ref = reference[pos][0] if pos < len(reference) else None
     rows = []
     for stream, p in plans.items():
         step = by_stream[stream]
         x, out_eng = xs[stream], ctx.tensor(step["out"], where)
         x_next = ctx.tensor(step["x_next"], where)
-        sigma = _sigma(reference, index)
+        sigma = _sigma(reference, pos)
         combination = (chosen or {}).get(stream)
         if combination is not None:
             level = "step output"
@@ -679,7 +715,7 @@ def _step(ctx: _Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[
         measures["level"] = measures["level"] or level
         if measures["level"] != level and "mixed levels" not in measures["notes"]:
             measures["notes"].append("mixed levels")
-        chain, chain_reason = _chain(ctx, sched, index, step, out_eng, x, x_next, where)
+        chain, chain_reason = _chain(ctx, sched, pos, step, out_eng, x, x_next, where)
         if raw_hi is not None:  # e and f against the reference one precision higher; the engine dtype's rounding
             # of the same computation (and of the alt attention) is the floor, one rounding of the output the slack
             hi = combination.apply(streams_mod.raws(p, raw_hi), x.to(higher), sigma.to(higher)) \

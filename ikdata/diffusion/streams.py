@@ -76,9 +76,22 @@ def transforms(sched: Any, index: int, x: torch.Tensor) -> list[tuple[str, torch
 
 
 def rebuild(candidate: torch.Tensor, captured: torch.Tensor) -> torch.Tensor:
-    """The candidate in the captured input's batch (CFG duplicates the latents) and dtype."""
+    """The candidate in the captured input's batch (CFG duplicates the latents) and dtype; for an input that
+    concatenates conditioning channels after the latents' (a 9-channel inpainting UNet: latents, mask, masked
+    image's latents), the candidate in the first channels and the captured conditioning after them."""
     ratio = captured.shape[0] // max(candidate.shape[0], 1)
-    return torch.cat([candidate] * ratio).to(captured.dtype) if ratio > 1 else candidate.to(captured.dtype)
+    built = torch.cat([candidate] * ratio).to(captured.dtype) if ratio > 1 else candidate.to(captured.dtype)
+    if built.dim() >= 2 and captured.dim() == built.dim() and captured.shape[1] > built.shape[1] and \
+            built.shape[0] == captured.shape[0]:
+        built = torch.cat([built, captured[:, built.shape[1]:]], dim=1)
+    return built
+
+
+def _concatenated(tensor: Any, like: torch.Tensor) -> bool:
+    """Whether ``tensor`` is the latents' shape (batch times r) with more channels: conditioning concatenated."""
+    return torch.is_tensor(tensor) and tensor.dim() == like.dim() and like.dim() >= 3 and like.shape[0] > 0 and \
+        tensor.shape[0] % like.shape[0] == 0 and tensor.shape[0] >= like.shape[0] and \
+        tensor.shape[1] > like.shape[1] and tuple(tensor.shape[2:]) == tuple(like.shape[2:])
 
 
 def plan(calls: Sequence[tuple[Any, Mapping[str, Any], Mapping[str, Any]]], xs: Mapping[str, torch.Tensor],
@@ -96,7 +109,8 @@ def plan(calls: Sequence[tuple[Any, Mapping[str, Any], Mapping[str, Any]]], xs: 
             if hint is not None:
                 names = [hint[0]] if torch.is_tensor(values.get(hint[0])) else []
             else:
-                names = [n for n, v in values.items() if _fits(v, x)]
+                names = [n for n, v in values.items() if _fits(v, x)] or \
+                    [n for n, v in values.items() if _concatenated(v, x)]  # inpainting: mask and image channels
             if len(names) > 1:  # several inputs of the latent's shape: the one holding a candidate made from x
                 equal = [n for n in names if any(torch.equal(rebuild(t, values[n]), values[n]) for _, t in candidates)]
                 names = equal[:1] or [n for n in names if "hidden_states" in n or n == "sample"][:1] or names[:1]

@@ -61,8 +61,8 @@ class Trajectory:
                 yield f"/steps/{i}/{name}", step[name]["path"]
             for pointer, ref in step_extra_tensors(step):
                 yield f"/steps/{i}/{pointer}", ref["path"]
-        for section in ("final", "decoded"):
-            for stream, ref in self.record[section].items():
+        for section in ("final", "decoded", "init"):
+            for stream, ref in (self.record.get(section) or {}).items():
                 yield f"/{section}/{stream}", ref["path"]
 
     def workload_uuids(self) -> Iterator[tuple[int, str, str]]:
@@ -164,7 +164,7 @@ def check(traj: Trajectory, *, blob_exists: Any, workload_uuids: set[str] | None
             add(f"step {index} of stream {stream!r} is beyond the request's {expected} steps", pointer + "/index",
                 "trajectory-step-count")
         elif previous is not None and index == previous[0] + 1 and \
-                _digest(previous[1]["x_next"]) != _digest(step["x"]):
+                _digest(previous[1]["x_next"]) != _digest(step["x"]) and (stream, previous[0]) not in edited(record):
             add(f"step {index} of stream {stream!r}: x is not the x_next of step {previous[0]} (continuity broken)",
                 pointer + "/x", "trajectory-continuity")
         last[stream] = (index, step)
@@ -237,6 +237,11 @@ def limit_problems(record: dict, *, largest: int | None) -> list[tuple[str, str]
         found.append(("/noise/streams", f"the noise streams hold {total:,} elements; expected at most {NOISE_FACTOR} "
                                         f"times {held}"))
     return found
+
+
+def edited(record: dict) -> set[tuple[str, int]]:
+    """(stream, step) after which a callback_on_step_end may have edited the latents (``edits``)."""
+    return {(e.get("stream"), e.get("step")) for e in record.get("edits") or [] if isinstance(e, dict)}
 
 
 def descriptor_elements(record: dict) -> int | None:
@@ -340,7 +345,7 @@ def _descriptor_paths(record: Any) -> list[str]:
         if isinstance(step, dict):
             found += [step[n] for n in TENSOR_FIELDS if isinstance(step.get(n), dict)]
             found += [ref for _, ref in step_extra_tensors(step)]
-    for section in ("final", "decoded"):
+    for section in ("final", "decoded", "init"):
         value = record.get(section)
         if isinstance(value, dict):
             found += [v for v in value.values() if isinstance(v, dict)]

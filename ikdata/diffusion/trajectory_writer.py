@@ -140,7 +140,7 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
     writer = queue.writer
     expected = _expected_steps(rec)
     decoded = {} if error else _decoded(queue, result)
-    queue.start_all([*(b for s in rec.steps for b in (s.x, s.out, s.x_next)), *decoded.values(),
+    queue.start_all([*(b for s in rec.steps for b in (s.x, s.out, s.x_next)), *decoded.values(), *rec.init.values(),
                      *(v for c in rec.denoiser_calls for v in (*c.inputs.values(), *c.outputs.values())
                        if isinstance(v, Blob))])
     model = _model(rec, writer)
@@ -182,6 +182,8 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
         "steps": records,
         "final": {s: b.descriptor() for s, b in final.items()},
         "decoded": {n: b.descriptor() for n, b in decoded.items()},
+        **({"init": {n: b.descriptor() for n, b in rec.init.items()}} if rec.init else {}),
+        **({"edits": list(rec.edits)} if rec.edits else {}),
         "noise": {"recipe": noise_mod.RECIPE,
                   "seed": _seed(rec),
                   "streams": [{"name": s, "shape": list(d.shape)} for s, d in noise_streams],
@@ -263,9 +265,15 @@ def _expected_steps(rec: Any) -> int:
     sched = rec.schedulers.get(_stream_order(rec)[0]) if rec.schedulers else getattr(rec.pipe, "scheduler", None)
     timesteps = getattr(sched, "timesteps", None)
     if timesteps is not None and hasattr(timesteps, "__len__") and len(timesteps):
-        return len(timesteps)
+        return len(timesteps) - _start(rec)  # a partial schedule (strength < 1) takes the steps from its start
     steps = rec.bound.get("num_inference_steps")
     return int(steps) if isinstance(steps, int) else max(rec.counts.values(), default=0)
+
+
+def _start(rec: Any) -> int:
+    """The schedule index the main stream's first step took (0 unless the call started part-way)."""
+    main = streams_main(rec)
+    return int(rec.starts.get(main, 0)) if main is not None else 0
 
 
 def streams_main(rec: Any) -> str | None:
@@ -453,6 +461,7 @@ def _request(rec: Any, expected: int) -> dict:
         generator = generator[0]
     request: dict[str, Any] = {
         "steps": expected,
+        **({"start": _start(rec)} if _start(rec) else {}),
         "num_inference_steps": _int(b.get("num_inference_steps")),
         "height": _int(b.get("height")), "width": _int(b.get("width")),
         "frames": _int(b.get("num_frames")),
