@@ -18,11 +18,16 @@ from ikdata.core.definitions import MAX_DEFINITION_BYTES, parse_definition, read
 from ikdata.core.trust import DATASET
 
 
-def _huge_definition(path: Path, size: int) -> Path:
+def _huge_definition(path: Path, size: int, *, in_reference: bool = True) -> Path:
+    """A definition of about ``size`` bytes: by default its reference is a huge list literal (the campaign's
+    file: 2.4 GB parsed before the reference limit refused it), else its description is long."""
     from foundation_helpers import gemm_definition_record
 
     record = gemm_definition_record()
-    record["description"] = "x" * size
+    if in_reference:
+        record["reference"] += "\nx = [" + "1," * (size // 2) + "]\n"
+    else:
+        record["description"] = "x" * size
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return path
@@ -44,7 +49,7 @@ def test_a_20_mb_definition_is_refused_by_its_size_without_being_read(tmp_path):
 
 
 def test_a_definition_just_under_the_limit_is_still_read(tmp_path):
-    path = _huge_definition(tmp_path / "defs" / "gemm" / "ok.json", MAX_DEFINITION_BYTES - 4096)
+    path = _huge_definition(tmp_path / "defs" / "gemm" / "ok.json", MAX_DEFINITION_BYTES - 4096, in_reference=False)
     assert path.stat().st_size <= MAX_DEFINITION_BYTES
     definition, problems = parse_definition(path, origin=DATASET)
     assert definition is not None and problems == []
