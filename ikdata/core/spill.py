@@ -131,6 +131,7 @@ class _TempFolder:
     def __init__(self) -> None:
         self.path: str | None = None
         self._lock: int | None = None
+        self._pid = os.getpid()  # a forked child that exits never removes its parent's folder
 
     def make(self) -> str:
         if self.path is None:
@@ -150,6 +151,7 @@ class _TempFolder:
                 break
             else:
                 self.path = tempfile.mkdtemp(prefix="ikdata-spill-")
+            self._pid = os.getpid()
             _OPEN.add(self)
         return self.path
 
@@ -170,7 +172,8 @@ class _TempFolder:
 @atexit.register
 def _close_all() -> None:
     for folder in list(_OPEN):
-        folder.close()
+        if folder._pid == os.getpid():
+            folder.close()
 
 
 class UuidMap:
