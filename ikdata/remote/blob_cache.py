@@ -8,7 +8,7 @@ lands (its cases are errors, named by :class:`BlobRefused`). Least recently used
 removed once the cache holds more than ``max_bytes`` (never those the current case needs).
 
 Blobs the remote keeps in packs are read as byte ranges of their packs (one listing of
-``blob/packs/`` per cache, the indexes from the per-user cache or one GET each;
+``blob/packs/`` per cache, each index one GET unless the listing confirms this remote's cached copy;
 :mod:`ikdata.remote.packs`): :meth:`BlobCache.prefetch` batches a task's members per pack, members
 close together in one range, each rehashed against its digest before it lands as a loose blob.
 """
