@@ -106,11 +106,16 @@ def run(out: Path, only: str | None = None, seconds: int = 20) -> dict:
     rows = {r["engine"]: r for r in map(json.loads, (out / "engines.jsonl").read_text().splitlines())}
     by_engine = _diagnose(out, rows)  # why each call was left out, or its replay's error, in full
     dataset = out / "dataset"
-    try:
-        result = import_dataset(str(out / "dumps"), str(dataset), only_passed=True)
-    except IkdataError as exc:  # nothing importable at all: the diagnosis names every call
-        print(f"import: {exc}", file=sys.stderr)
-        result = None
+    result = None
+    for _ in range(3):  # a problem that refuses the whole import: its calls are set aside and the rest imported
+        try:
+            result = import_dataset(str(out / "dumps"), str(dataset), only_passed=True)
+            break
+        except IkdataError as exc:
+            refused = _set_aside(out, rows, exc, by_engine)
+            print(f"import: {exc}", file=sys.stderr)
+            if not refused:
+                break
     for item in result.left_out if result is not None else ():
         engine = _engine_of(item.uuid) or _engine_of_definition(dataset, item.definition, rows)
         if engine:
@@ -141,6 +146,26 @@ def run(out: Path, only: str | None = None, seconds: int = 20) -> dict:
                "rows": list(rows.values())}
     (out / "census.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _set_aside(out: Path, rows: dict, exc: Exception, by_engine: dict) -> list[str]:
+    """Move the calls of the engines a whole-import refusal names to OUT/set-aside; returns those engines."""
+    import shutil
+
+    named = []
+    for problem in getattr(exc, "problems", None) or []:
+        text = str(problem)
+        for engine, row in rows.items():
+            base = row.get("definition")
+            if base and (f"({base})" in text or f"({base}__without_" in text or f"'{base}'" in text
+                         or f"'{base}__without_" in text or f"/{base}.jsonl" in text or f"/{base}__without_" in text):
+                by_engine.setdefault(engine, "import: " + " ".join(text.split())[:240])
+                named.append(engine)
+    for folder in (out / "dumps").iterdir() if named else ():
+        if _engine_of(folder.name) in named:
+            (out / "set-aside").mkdir(exist_ok=True)
+            shutil.move(str(folder), str(out / "set-aside" / folder.name))
+    return named
 
 
 def _diagnose(out: Path, rows: dict) -> dict[str, str]:

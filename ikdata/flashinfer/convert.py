@@ -137,11 +137,26 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
     record["name"] = name + (WITHOUT + "_".join(absent) if absent else "")
     record["inputs"] = {n: {k: v for k, v in s.items() if k != "optional"} for n, s in kept.items()}
     record["outputs"] = out_specs
+    if absent:  # a var axis only an absent input had (min_p_sampling's num_indices) has no value: not declared
+        used = {a for spec in [*record["inputs"].values(), *out_specs.values()] for a in spec.get("shape") or ()}
+        unused = {a for a, spec in (fi.get("axes") or {}).items() if spec.get("type") == "var" and a not in used}
+        if unused:
+            record["axes"] = {a: spec for a, spec in (fi.get("axes") or {}).items() if a not in unused}
+            constraints = [str(c) for c in fi.get("constraints") or []]
+            record["constraints"] = [c for c in constraints
+                                     if not set(c.replace("(", " ").replace(")", " ").split()) & unused]
+            if not record["constraints"]:
+                record.pop("constraints")
     record["reference"] = _with_run(reference, entry, list(kept), list(absent), entry_params, passed_as,
                                     [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry))
     tags = list(fi.get("tags") or [])
     if template_key:
         tags.append(f"{SOURCE_TAG}={template_key}")
+    from ikdata.flashinfer.sampling import judge_of
+
+    judge = judge_of(fi)
+    if judge is not None and "judge" not in record:  # drawn ids: the sampling family judges them, not equality
+        record["judge"] = judge
     tolerance = check_tolerance(fi.get("check"), [s["dtype"] for s in out_specs.values()])
     if tolerance is None:
         tags.append(UNMAPPED_CHECK_TAG)

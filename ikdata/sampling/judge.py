@@ -117,6 +117,10 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
     expected, case["expected_digests"] = load_all(run, definition.outputs, receipt.expected_output,
                                                   f"{receipt.source}:{receipt.line}")
     values = {k: _numpy(v) for k, v in inputs.items()}
+    if any(str(t).startswith("ikdata:flashinfer=") for t in definition.record.get("tags") or ()):
+        from ikdata.flashinfer.sampling import sampler_inputs  # FlashInfer's sampling APIs, read by their names
+
+        values = sampler_inputs(values)
     samples = np.asarray(_numpy(expected["samples"]), np.int64).reshape(-1)
     seed = zlib.crc32(row.uuid.encode())
     declared_order = order
