@@ -61,10 +61,15 @@ def kept_blocks(x: np.ndarray, kept: np.ndarray, temperature: np.ndarray, rows: 
         blocks += [(tier, many[j:j + step]) for j in range(0, len(many), step)]
     for tier, many in blocks:
         sub = x[many]
-        if tier == vocab and (np.isfinite(sub).sum(axis=1) == kept[many]).all():  # every finite token kept
+        if tier == vocab and tier > width:  # wide kept sets: the whole vocabulary in order, cut at the kept-th value
+            finite = np.isfinite(sub)
+            counts = np.maximum(kept[many], 1)
+            threshold = np.full(len(many), -np.inf)
+            for j in np.flatnonzero(counts < finite.sum(axis=1)):  # one O(V) partition per row that is cut
+                threshold[j] = np.partition(sub[j], vocab - counts[j])[vocab - counts[j]]
             with np.errstate(over="ignore", invalid="ignore"):
                 w = np.exp((sub - sub.max(axis=1, keepdims=True)) / temperature[many][:, None])
-            w = np.where(np.isfinite(sub), w, 0.0)
+            w = np.where(finite & (sub >= threshold[:, None]), w, 0.0)
             yield many, np.broadcast_to(np.arange(vocab), sub.shape), w / w.sum(axis=1, keepdims=True)
             continue
         top = np.argpartition(-sub, tier - 1, axis=1)[:, :tier] if tier < vocab else \
