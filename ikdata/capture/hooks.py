@@ -108,6 +108,7 @@ class Capturer:
         self._patches: list[tuple[Any, str, Any]] = []
         self._engine: tuple[str, str | None] | None = None
         self.on_shutdown: list[Callable[[], None]] = []  # run before the final flush (open diffusion trajectories)
+        self._left: dict[tuple[str, str], int] = {}  # (label, reason) -> calls of unselected steps, for the census
         from ikdata.capture import dispatch
 
         self.dispatch = dispatch.install(self)  # ops at the dispatcher (torch.library), the census's survey
@@ -128,6 +129,7 @@ class Capturer:
         compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
         _EAGER.prepare()
         op_local = self.dispatch.local
+        left = self._left
         superseded = self.dispatch.supersedes(label)  # compiled code reaches the op's kernel: no graph break
 
         @functools.wraps(original)
@@ -157,8 +159,9 @@ class Capturer:
                 elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
                     capturer._dispatch(handler, label, (args, kwargs, out))
             elif not getattr(capturer._local, "busy", False):  # counted in the census, with why it was left
-                census.seen(label)
-                census.skipped(label, "step" if capturer.enabled else "budget")
+                # a plain dict increment (no lock): these are the calls capture must not slow down
+                key = (label, "step" if capturer.enabled else "budget")
+                left[key] = left.get(key, 0) + 1
             return out
 
         wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
@@ -436,11 +439,20 @@ class Capturer:
             error, self._pending_error = self._pending_error, None
             raise error
 
+    def count_left(self) -> None:
+        """Hand the calls patched functions left in unselected steps to the census (counted without a lock)."""
+        for (label, reason), n in list(self._left.items()):  # the wrappers hold this dict: subtract, never swap
+            if n:
+                self._left[(label, reason)] -= n
+                census.seen(label, n)
+                census.skipped(label, reason, n=n)
+
     def shutdown(self) -> None:
         """Flush and leave a summary line for ``ikdata capture`` (once per process)."""
         if self._shutdown_pid == os.getpid():
             return
         self._shutdown_pid = os.getpid()
+        self.count_left()
         try:
             for hook in list(self.on_shutdown):
                 hook()
@@ -460,9 +472,12 @@ class Capturer:
         self.tracker._lock = threading.Lock()
         self.captured, self.refused, self.failures, self.unstepped = {}, {}, [], {}
         self._shutdown_pid = None
+        for key in self._left:  # the parent's calls are the parent's to count
+            self._left[key] = 0
 
     def uninstall(self) -> None:
         """Restore every patched function and interposed op (tests)."""
+        self.count_left()
         self.dispatch.uninstall()
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
