@@ -180,6 +180,7 @@ def resolve_folder(record: ModelRecord, folder: str | os.PathLike) -> dict[str, 
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a model config is a few KB of settings
+MAX_BUFFER_ELEMENTS = 1 << 24  # buffers a config may build beyond the weights' elements (rope tables, position ids)
 
 
 def model_class(name: object) -> type:
@@ -212,7 +213,7 @@ def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements:
     import torch
     from torch.nn.modules import module as torch_module
 
-    seen = [0, 0, 0]
+    seen = [0, 0, 0, 0]
 
     def parameter(_module: Any, _name: str, tensor: Any) -> None:
         if tensor is None:
@@ -225,8 +226,10 @@ def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements:
 
     def buffer(_module: Any, _name: str, tensor: Any) -> None:  # buffers a state dict leaves out are allowed, within
         seen[2] += 1
-        if seen[2] > 2 * most_tensors + 64:
-            raise too_large(f"it builds {seen[2]} buffers beside the record's {most_tensors} tensors")
+        seen[3] += int(tensor.numel()) if tensor is not None else 0
+        if seen[2] > 2 * most_tensors + 64 or seen[3] > most_elements + MAX_BUFFER_ELEMENTS:
+            raise too_large(f"it builds {seen[2]} buffers of {seen[3]:,} elements beside the record's "
+                            f"{most_tensors} tensors of {most_elements:,} elements")
 
     handles = [torch_module.register_module_parameter_registration_hook(parameter),
                torch_module.register_module_buffer_registration_hook(buffer)]
