@@ -26,7 +26,8 @@ from flashinfer_engines import EngineCall  # noqa: E402
 
 HONEST = [EngineCall("mamba", "selective_state_update_trace"), EngineCall("norm", "fused_add_rmsnorm_trace"),
           EngineCall("norm", "layernorm_trace"), EngineCall("rope", "apply_rope_trace"),
-          EngineCall("norm", "fused_rmsnorm_silu_trace")]
+          EngineCall("norm", "fused_rmsnorm_silu_trace"),
+          EngineCall("norm", "gemma_fused_add_rmsnorm_trace")]  # returns 1 of its 2 outputs: not recorded
 WRONG = [EngineCall(module, attr, {"batch_size": 3}, seed=2, wrong=True)  # other shapes: other workloads
          for module, attr in [("mamba", "selective_state_update_trace"), ("norm", "fused_add_rmsnorm_trace"),
                               ("rope", "apply_rope_trace")]]
@@ -44,7 +45,14 @@ def replayed(tmp_path_factory):
                   *(c.to_arg() for c in HONEST + WRONG))
     assert out.returncode == 0, out.stdout + out.stderr
     replay = _ikdata("replay", "--json", str(into))
-    return into, json.loads((into / "reports" / "replay.json").read_text())["cases"], replay
+    return into, json.loads((into / "reports" / "replay.json").read_text())["cases"], replay, out
+
+
+def test_a_call_not_recorded_is_not_called_a_cap(replayed):
+    """Issue 37 item 8: no cap was set, so nothing says "caps reached"; the call is not recorded, and says why."""
+    into, cases, _, captured = replayed
+    assert "caps reached" not in captured.stdout + captured.stderr
+    assert not [c for c in cases if c["definition"].startswith("gemma_fused_add_rmsnorm")]
 
 
 def _cases(cases: list, prefix: str) -> list:
@@ -52,7 +60,7 @@ def _cases(cases: list, prefix: str) -> list:
 
 
 def test_every_honest_in_place_and_renamed_api_passes_and_every_wrong_one_fails(replayed):
-    into, cases, replay = replayed
+    into, cases, replay, _ = replayed
     assert replay.returncode == 1  # the wrong engines
     for prefix, honest_and_wrong in [("selective_state_update_", 2), ("fused_add_rmsnorm_", 2), ("rope_h", 2),
                                      ("layernorm_", 1), ("fused_rmsnorm_silu_", 1)]:
@@ -63,7 +71,7 @@ def test_every_honest_in_place_and_renamed_api_passes_and_every_wrong_one_fails(
 
 
 def test_fused_add_rmsnorm_records_both_outputs_and_inputs_before_the_call(replayed):
-    into, cases, _ = replayed
+    into, cases, _, _ = replayed
     record = json.loads(next((into / "definitions").rglob("fused_add_rmsnorm_h*.json")).read_text())
     assert list(record["outputs"]) == ["output", "residual_out"]
     honest = next(c for c in _cases(cases, "fused_add_rmsnorm_") if c["status"] == "passed")
@@ -72,19 +80,19 @@ def test_fused_add_rmsnorm_records_both_outputs_and_inputs_before_the_call(repla
 
 
 def test_selective_state_update_state_is_the_one_the_call_was_given(replayed):
-    _, cases, _ = replayed
+    _, cases, _, _ = replayed
     honest = next(c for c in _cases(cases, "selective_state_update_") if c["status"] == "passed")
     assert set(honest["metrics"]) == {"out"}  # an honest engine passes every output (82% failed before)
 
 
 def test_a_reference_taking_the_api_parameter_names_gets_the_inputs_under_them(replayed):
-    into, _, _ = replayed
+    into, _, _, _ = replayed
     reference = json.loads(next((into / "definitions").rglob("layernorm_h*.json")).read_text())["reference"]
     assert "input=hidden_states" in reference
 
 
 def test_helpers_of_the_template_module_are_inlined_and_stay_trusted(replayed):
-    into, _, _ = replayed
+    into, _, _, _ = replayed
     reference = json.loads(next((into / "definitions").rglob("rope_h*.json")).read_text())["reference"]
     from ikdata.core.references import parse_reference, unbound_names
 
@@ -97,6 +105,6 @@ def test_helpers_of_the_template_module_are_inlined_and_stay_trusted(replayed):
 
 
 def test_an_absent_optional_scalar_is_left_to_the_reference_default(replayed):
-    into, _, _ = replayed
+    into, _, _, _ = replayed
     reference = json.loads(next((into / "definitions").rglob("fused_rmsnorm_silu_*.json")).read_text())["reference"]
     assert "eps=None" not in reference
