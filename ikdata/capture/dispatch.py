@@ -4,12 +4,13 @@ Two mechanisms, chosen by measurement (docs/capture.md, "The dispatcher path"):
 
 * **Interposition** (``torch.library``): for each op something could be recorded from (a built-in
   aten mapper whose templates ``--only`` allows, or a definition's ``capture`` binding), a Python
-  kernel is registered at the backend keys (CPU, CUDA) that have one; it calls the kernel it
-  replaced, then maps the call to a definition (:mod:`ikdata.capture.op_binding`) and hands it to
-  :meth:`Capturer.record`. Every other op keeps its C++ kernel and pays nothing. Autograd,
-  ``inference_mode``, threads and compiled graphs' extern calls all reach it; fake and meta tensors
-  (tracing) never do. Ops that write an argument (in place, ``out=``) have the inputs a binding
-  reads copied before the call.
+  kernel is registered at the :data:`KEY` dispatch key; it runs the op below that key, then maps the
+  call to a definition (:mod:`ikdata.capture.op_binding`) and hands it to :meth:`Capturer.record`.
+  The key is included in a thread's dispatch state only in selected steps (for the whole run on the
+  installing thread when every call is selected), so elsewhere no op, interposed or not, pays
+  anything. Autograd, ``inference_mode``, backward passes and compiled graphs' calls reach it; fake,
+  meta and functorch tensors (tracing) are never recorded. Ops that write an argument (in place,
+  ``out=``) have the inputs a binding reads copied before the call.
 * **Survey** (a ``TorchDispatchMode``): in the first :data:`SURVEY_STEPS` selected steps of each
   process it counts every op (aten and custom) into the census, so ops with no definition are
   named, and it binds a declared op the moment it first runs (an engine's op library may load after
