@@ -27,12 +27,6 @@ ASYMPTOTIC_PAIRS = 500
 REPLICATES = 10_000
 
 
-def token_pit(ids: np.ndarray, probs: np.ndarray, drawn: int, v: float) -> float:
-    """The randomized PIT of one draw in token-id order over the kept (ids, probs); ``v`` uniform."""
-    before = float(probs[ids < drawn].sum())
-    return before + v * float(probs[ids == drawn].sum())
-
-
 def record_part(draws: list[tuple[int, float]], keys: list[str | None]) -> dict[str, Any]:
     """The part of a call's record: neighbouring rows' pair sum, and the keyed draws other calls may pair with.
 
@@ -105,5 +99,5 @@ def describe(test: Mapping[str, Any]) -> str:
             f"alpha {test['alpha']:.3g} (randomness reused across rows or requests)")
 
 
-__all__ = ["ASYMPTOTIC_PAIRS", "MAX_ROWS", "describe", "independence_test", "p_value", "pool", "record_part",
-           "token_pit"]
+__all__ = ["ASYMPTOTIC_PAIRS", "MAX_ROWS", "describe", "independence_test", "normal_two_sided", "p_value", "pool",
+           "record_part"]
