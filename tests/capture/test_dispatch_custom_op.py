@@ -157,3 +157,51 @@ def test_an_op_registered_after_capture_started_is_bound_when_it_first_runs(capt
     capture.flush()
     assert [r["definition"] for r in read_jsonl(tmp_path / "ds" / "receipts.jsonl")] == ["ikdtest_late_rms_h8"]
     assert not cap.dispatch.pending
+
+
+ENGINE = """
+import torch
+
+@torch.library.custom_op("ikdcli::scaled_rms", mutates_args=())
+def scaled_rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+    def forward(self, x):
+        return torch.ops.ikdcli.scaled_rms(x, self.weight, 1e-6)
+
+with torch.no_grad():
+    Block()(torch.randn(3, 8))
+"""
+
+
+def test_through_the_cli_the_census_names_the_op_then_a_definition_binds_it(tmp_path):
+    """ikdata capture on a program with its own op: first it says the op has no definition (exit 1: nothing
+    recorded); with a definition binding it, the op is recorded, the census is in the dataset, and it replays."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from capture_helpers import write_script
+    from ikdata.cli import app
+
+    script = write_script(tmp_path, "engine.py", ENGINE)
+    first = CliRunner().invoke(app, ["capture", "--into", str(tmp_path / "a"), "--", sys.executable, str(script)])
+    assert first.exit_code == 1 and "ikdcli::scaled_rms x1" in first.output, first.output
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    record = dict(RMS, name="ikdcli_scaled_rms_h8", capture=dict(RMS["capture"], op="ikdcli::scaled_rms"))
+    (folder / "ikdcli_scaled_rms_h8.json").write_text(json.dumps(record))
+    into = tmp_path / "b"
+    second = CliRunner().invoke(app, ["capture", "--into", str(into), "--definitions", str(folder), "--",
+                                      sys.executable, str(script)])
+    assert second.exit_code == 0, second.output
+    assert [r["definition"] for r in read_jsonl(into / "receipts.jsonl")] == ["ikdcli_scaled_rms_h8"]
+    [census_file] = (into / "census").glob("*.jsonl")
+    [line] = [op for rec in read_jsonl(census_file) for op in rec["ops"] if op["op"] == "ikdcli::scaled_rms"]
+    assert line["recorded"] == [{"definition": "ikdcli_scaled_rms_h8", "calls": 1}]
+    replayed = CliRunner().invoke(app, ["replay", str(into), "--definitions", str(folder)])
+    assert replayed.exit_code == 0, replayed.output
