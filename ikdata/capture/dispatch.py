@@ -141,6 +141,7 @@ class Dispatcher:
 
         capturer = self.capturer
         tracker_local = capturer.tracker.local
+        hooks_local = capturer._local  # busy while a hook's handler runs: its own ops are not the program's
         local = self.local
         builtins = self.builtins.get(op, [])
         bindings = self.bindings.get(f"{op}.{func._overloadname}", [])
@@ -156,7 +157,7 @@ class Dispatcher:
 
         def run(*args: Any, **kwargs: Any) -> Any:
             state = local.__dict__
-            if state.get("busy") or not capturer.enabled:
+            if state.get("busy") or not capturer.enabled or hooks_local.__dict__.get("busy"):
                 return call(args, kwargs)
             seen(op)
             if tracker_local.__dict__.get("skip"):  # inside a step that is not selected
