@@ -186,7 +186,7 @@ def _diagnose(out: Path, rows: dict) -> dict[str, str]:
             engine = _engine_of_definition(out, case.get("definition"), rows)
             if engine and case.get("status") != "passed" and engine not in found:
                 error = str(case.get("error") or "").strip().splitlines()
-                why = error[-1] if error else json.dumps({k: case.get(k) for k in ("status", "max_absolute_errors")})
+                why = error[-1] if error else str(case.get("reason") or case.get("status"))
                 found[engine] = f"replay: {case.get('status')}: {' '.join(why.split())[:240]}"
     return found
 
@@ -239,7 +239,7 @@ def markdown(summary: dict) -> str:
     for row in rows:
         if row["stage"] not in ("works", "no reference"):
             why = str(row.get("why", "")).replace("|", "\\|")
-            lines.append(f"| `{row['key'].rpartition('.')[2]}` | {row['stage']} | {why} |")
+            lines.append(f"| `{row['key'].split('trace.templates.')[-1]}` | {row['stage']} | {why} |")
     return "\n".join(lines)
 
 

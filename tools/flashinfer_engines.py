@@ -64,6 +64,8 @@ def engine(name: str, template: Any, params: list[str], wrong: bool = False) -> 
                 kwargs[key] = values[param]
             elif param in values and param in accepted:
                 kwargs[param] = values[param]
+            elif getattr(template.inputs[key], "optional", False) and (key in accepted or param in accepted):
+                kwargs[key if key in accepted else param] = None  # an optional input init leaves out: not passed
         returned = _as_declared(reference(**kwargs), template, values)
         if wrong:
             returned = _off(returned)
