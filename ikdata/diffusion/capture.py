@@ -29,6 +29,7 @@ _WATCHER: Any = None
 _CAPTURER: Any = None
 _RANDN_ORIGINAL: Any = None
 _LOCK = threading.RLock()
+_LOOSE: dict[str, int] = {}  # scheduler class -> step() calls made outside any pipeline call (a hand-written loop)
 
 PIPELINE_BASES = ("DiffusionPipeline", "ModularPipeline")
 SCHEDULER_BASES = ("SchedulerMixin",)
@@ -45,6 +46,8 @@ def install(capturer: Any) -> None:
     hooks = getattr(capturer, "on_shutdown", None)
     if isinstance(hooks, list) and abort_open not in hooks:
         hooks.append(abort_open)
+    if isinstance(hooks, list) and report_loose not in hooks:
+        hooks.append(report_loose)
 
 
 def uninstall() -> None:
@@ -69,6 +72,21 @@ def abort_open() -> None:
             recorder.finish(error="the process ended during the pipeline call")
         except Exception as exc:  # noqa: BLE001  ending the process must go on
             sys.stderr.write(f"ikdata capture: writing an open trajectory failed: {exc}\n")
+
+
+def report_loose() -> None:
+    """Name, as a capture failure that is never exit 0, the scheduler steps made outside any pipeline call:
+    capture ties steps to a pipeline's ``__call__`` and could not record them."""
+    capturer = _CAPTURER
+    if capturer is None or not _LOOSE:
+        return
+    total = sum(_LOOSE.values())
+    by_class = ", ".join(f"{name}: {n}" for name, n in sorted(_LOOSE.items()))
+    capturer.failures.append({"definition": "trajectory", "lost": True,
+                              "message": f"saw {total} scheduler step(s) it could not tie to a pipeline ({by_class}): "
+                                         "step() called outside any pipeline __call__ (a hand-written denoising "
+                                         "loop); ikdata records the steps of a Diffusers pipeline call only"})
+    _LOOSE.clear()
 
 
 # -- patching -------------------------------------------------------------------------------------
@@ -173,7 +191,7 @@ def _call_wrapper(original: Callable) -> Callable:
 
         recorder = TrajectoryRecorder.start(capturer, self, original, args, kwargs)
         if recorder is None:
-            return original(self, *args, **kwargs)
+            return _in_call(original, self, args, kwargs)
         stack = _LOCAL.__dict__.setdefault("stack", [])
         stack.append(recorder)
         try:
@@ -193,7 +211,14 @@ def _step_wrapper(original: Callable) -> Callable:
     @functools.wraps(original)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         recorder = active()
-        if recorder is None or recorder.in_step:
+        if recorder is None:
+            capturer = _CAPTURER
+            if capturer is not None and capturer.enabled and not _LOCAL.__dict__.get("depth"):
+                name = type(self).__name__  # outside any pipeline call (a pipeline not captured counts its depth)
+                _LOOSE[name] = _LOOSE.get(name, 0) + 1
+                return _in_call(original, self, args, kwargs)  # a step calling another step counts once
+            return original(self, *args, **kwargs)
+        if recorder.in_step:
             return original(self, *args, **kwargs)
         return recorder.on_step(original, self, args, kwargs)
 
@@ -210,6 +235,15 @@ def _add_noise_wrapper(original: Callable) -> Callable:
         return result
 
     return add_noise
+
+
+def _in_call(original: Callable, owner: Any, args: tuple, kwargs: dict) -> Any:
+    """Run ``original`` marked as inside a call, so the scheduler steps it makes are not counted as loose."""
+    _LOCAL.depth = _LOCAL.__dict__.get("depth", 0) + 1
+    try:
+        return original(owner, *args, **kwargs)
+    finally:
+        _LOCAL.depth -= 1
 
 
 def _set_timesteps_wrapper(original: Callable) -> Callable:
@@ -293,4 +327,4 @@ def _watch() -> None:
         sys.meta_path.insert(0, _WATCHER)
 
 
-__all__ = ["install", "uninstall", "active", "abort_open", "patch_loaded", "patch_module"]
+__all__ = ["install", "uninstall", "active", "abort_open", "patch_loaded", "patch_module", "report_loose"]

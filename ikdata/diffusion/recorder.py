@@ -94,8 +94,11 @@ class TrajectoryRecorder:
         self.denoiser_skips: dict[int, list[str]] = {}  # step -> calls not recorded, and why
         self.conditioning: dict[tuple[int, int], Blob] = {}
         self.hook_handle: Any = None
+        self.helper_calls: list[tuple[str, str, int]] = []  # (component, class, main-stream steps done) per call
+        self.helper_handles: list[Any] = []
         self.request_id = _request_id(capturer)
         self._install_denoiser_hook()
+        self._install_helper_hooks()
         _OPEN.add(self)
 
     @classmethod
@@ -194,6 +197,8 @@ class TrajectoryRecorder:
             self.finished = True
         if self.hook_handle is not None:
             self.hook_handle.remove()
+        for handle in self.helper_handles:
+            handle.remove()
         try:
             if not self.steps:
                 self._nothing_captured(error)
@@ -293,6 +298,29 @@ class TrajectoryRecorder:
                 self.init[stream] = self.queue.copy(original)
                 return "add_noise"
         return None
+
+    def _install_helper_hooks(self) -> None:
+        """Count the calls of every other Diffusers model of the pipeline (ControlNet, adapters, image encoders,
+        the VAE): they run but are not judged, and the trajectory names them (``unjudged``)."""
+        from ikdata.diffusion import denoisers
+
+        denoiser = denoisers.denoiser_of(self.pipe)
+        components = getattr(self.pipe, "components", None)
+        for name, module in (components.items() if isinstance(components, dict) else ()):
+            if module is None or module is denoiser or not hasattr(module, "register_forward_hook") or \
+                    "ModelMixin" not in {c.__name__ for c in type(module).__mro__}:
+                continue
+            self.helper_handles.append(module.register_forward_hook(
+                lambda m, a, o, name=name: self.helper_calls.append(
+                    (name, type(m).__name__, self.counts.get(self.main_name, 0)))))
+
+    def unjudged(self) -> list[dict[str, Any]]:
+        """The pipeline's other models called during the call, by component, with the main stream's step being
+        taken at each call (its scheduler steps done so far; the step count: after the last): none is judged."""
+        found: dict[tuple[str, str], list[int]] = {}
+        for name, cls, done in self.helper_calls:
+            found.setdefault((name, cls), []).append(done)
+        return [{"component": n, "class": c, "calls": len(d), "steps": sorted(set(d))} for (n, c), d in found.items()]
 
     def _install_denoiser_hook(self) -> None:
         from ikdata.diffusion import denoisers

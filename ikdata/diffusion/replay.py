@@ -307,6 +307,9 @@ def _measure(ctx: _Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
     measures["continuity"] = _continuity(ctx, traj)
     measures["notes"] += [f"{item['edited']} ({item['stream']}): the next step is judged from the edited latent"
                           for item in measures["continuity"] if item.get("edited")]
+    measures["unjudged"] = [f"{u.get('class')} ({u.get('component')}) called {u.get('calls')} time(s), at step(s) "
+                            f"{', '.join(map(str, u.get('steps') or []))}"
+                            for u in record.get("unjudged") or [] if isinstance(u, dict)]
     expected = int(record["request"]["steps"]) + start_of(record)  # the reference schedule's whole length
     first_x = next((s for s in record["steps"] if s["stream"] == streams[0]), None)
     seq_len = first_x["x"]["shape"][1] if first_x and len(first_x["x"].get("shape") or []) == 3 else None

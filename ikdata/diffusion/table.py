@@ -59,6 +59,9 @@ def notes(report: Mapping[str, Any]) -> list[str]:
         if any(s.get("degenerate") for s in m.get("steps") or []):
             lines.append(f"{str(case['uuid'])[:12]}: the floor is degenerate (f = 0) at some steps: judged by the "
                          f"definition's tolerance {m.get('fallback_tolerance')} there")
+        if m.get("unjudged"):
+            lines.append(f"{str(case['uuid'])[:12]}: not judged (ran, no reference replayed): "
+                         f"{'; '.join(map(str, m['unjudged']))}")
         if m:
             steps = m.get("steps") or [{}]
             higher = sorted({str(s.get("reference_dtype", "?")).replace("torch.", "") for s in steps})

@@ -184,6 +184,7 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
         "decoded": {n: b.descriptor() for n, b in decoded.items()},
         **({"init": {n: b.descriptor() for n, b in rec.init.items()}} if rec.init else {}),
         **({"edits": list(rec.edits)} if rec.edits else {}),
+        **({"unjudged": rec.unjudged()} if rec.helper_calls else {}),
         "noise": {"recipe": noise_mod.RECIPE,
                   "seed": _seed(rec),
                   "streams": [{"name": s, "shape": list(d.shape)} for s, d in noise_streams],
