@@ -65,7 +65,9 @@ def engine(name: str, template: Any, params: list[str], wrong: bool = False) -> 
             elif param in values and param in accepted:
                 kwargs[param] = values[param]
             elif getattr(template.inputs[key], "optional", False) and (key in accepted or param in accepted):
-                kwargs[key if key in accepted else param] = None  # an optional input init leaves out: not passed
+                name = key if key in accepted else param
+                if accepted[name].default is inspect.Parameter.empty:  # required by the reference: None it is
+                    kwargs[name] = None  # (an optional input init leaves out; with a default, the default)
         returned = _as_declared(reference(**kwargs), template, values)
         if wrong:
             returned = _off(returned)
