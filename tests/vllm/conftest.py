@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-vllm"
 PROGRAM = Path(__file__).parent / "vllm_offline_prog.py"
-TOKENS = 24
-PROMPTS = 40
+TOKENS = 20
+PROMPTS = 32
 ENGINE_TIMEOUT = 900
 
 
@@ -30,6 +30,7 @@ class Run:
     capture: subprocess.CompletedProcess
     replay: subprocess.CompletedProcess
     outputs: dict
+    boot: list  # each process where capture was installed: {"pid", "name"} (tests/vllm/vllm_faults.py)
 
     @property
     def report(self) -> dict:
@@ -79,22 +80,23 @@ def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 def capture_and_replay(vllm_python: Path, folder: Path, model: Path, *, faults: str = "") -> Run:
-    """Capture the offline program (with ``faults`` planted by tests/vllm/vllm_faults.py), then replay it."""
+    """Capture the offline program (with ``faults`` planted by tests/vllm/vllm_faults.py, which also logs each
+    process capture was installed in), then replay it."""
     dataset, out = folder / "captured", folder / "outputs.json"
     ikdata = vllm_python.parent / "ikdata"
-    command = [str(ikdata), "capture", "--into", str(dataset)]
-    if faults:
-        command += ["--adapter", "vllm_faults"]
-    command += ["--", str(vllm_python), str(PROGRAM), str(model), str(out), "--prompts", str(PROMPTS),
+    boot = folder / "boot.jsonl"
+    command = [str(ikdata), "capture", "--into", str(dataset), "--adapter", "vllm_faults", "--"]
+    command += [str(vllm_python), str(PROGRAM), str(model), str(out), "--prompts", str(PROMPTS),
                 "--tokens", str(TOKENS)]
     captured = subprocess.run(command, capture_output=True, text=True, timeout=ENGINE_TIMEOUT,
-                              env=engine_env(VLLM_FAULTS=faults), cwd=folder)
+                              env=engine_env(VLLM_FAULTS=faults, VLLM_BOOT_LOG=str(boot)), cwd=folder)
     if captured.returncode != 0 or not out.exists():
         raise AssertionError(f"capture failed ({captured.returncode}):\n{captured.stdout[-3000:]}\n"
                              f"{captured.stderr[-3000:]}")
     replayed = subprocess.run([str(ROOT / ".venv" / "bin" / "ikdata"), "replay", str(dataset)], capture_output=True,
                               text=True, timeout=900, cwd=folder)
-    return Run(dataset, captured, replayed, json.loads(out.read_text()))
+    return Run(dataset, captured, replayed, json.loads(out.read_text()),
+               [json.loads(line) for line in boot.read_text().splitlines()] if boot.exists() else [])
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,9 @@ broken kernel would be, so the recorded output is the broken one:
 - ``temperature_twice``: vLLM's ``Sampler.apply_temperature`` divides the logits by the temperature twice;
 - ``linear``: the repacked GEMM of ``model.layers.0.mlp.down_proj`` returns its output x1.01;
 - ``attention``: the CPU attention kernel's output x1.01 in ``model.layers.0.self_attn.attn``.
+
+``VLLM_BOOT_LOG=FILE`` appends one line per process where capture was installed (its pid and
+multiprocessing name: ``MainProcess``, ``EngineCore...``, the worker), whatever the faults.
 """
 
 from __future__ import annotations
@@ -75,6 +78,14 @@ def _attention_kernel(module) -> None:
 
 def install(api) -> None:
     import ikdata_boot
+
+    log = os.environ.get("VLLM_BOOT_LOG")
+    if log:
+        import json
+        import multiprocessing
+
+        with open(log, "a") as stream:
+            stream.write(json.dumps({"pid": os.getpid(), "name": multiprocessing.current_process().name}) + "\n")
 
     plan = {"temperature_twice": [("vllm.v1.sample.sampler", _sampler)],
             "linear": [("vllm.model_executor.layers.linear", _linear)],
