@@ -6,12 +6,16 @@ Two schedulers: a flow-matching one (the tiny LTX-2 pipeline of tools/examples/t
 CFG batch, FlowMatchEulerDiscreteScheduler) and a stochastic one (diffusers' DDPMPipeline with a tiny
 UNet2DModel: DDPMScheduler draws noise inside every step but the last, which the chain check replays from
 the record); and ``--case flux``, a pipeline whose denoiser is discovered from its call (a tiny FluxPipeline
-with true CFG: two transformer calls a step, both in the baseline). A trajectory of each is captured once. The baseline is one bare forward of the same denoiser (built once, warm) on the inputs
+with true CFG: two transformer calls a step, both in the baseline). A trajectory of each is captured once.
+The baseline is one bare forward of the same denoiser (built once, warm) on the inputs
 of each step, measured in the same run. Replay per step is the time the trajectory judge spends on one
 step (loading and verifying its blobs, the reference forward, the floor's second forward, the measures),
 median over the steps, best of the rounds; the whole trajectory's time divided by its steps (records,
 model blobs, noise and continuity checks included) and the first, cold run are reported apart.
-Targets: <= 2.3x with the floor (two forwards per step), <= 1.2x without.
+Replay runs per step the reference one precision above the engine's (float64 for float32) and the reference in
+the engine's dtype, plus the other attention with the floor: three forwards (two without). A second baseline
+times the bare forward one precision up. Targets: <= 1.2x the forwards replay must run (2 bare + 1 higher with
+the floor, 1 + 1 without); against one bare forward the ratio is what the higher precision costs on the device.
 """
 
 from __future__ import annotations
@@ -105,9 +109,10 @@ def _judge(root: Path, device: str, settings) -> tuple[float, int, float]:
     return seconds, len(per_step), statistics.median(per_step.values())
 
 
-def bare_forward(root: Path, device: str, rounds: int) -> float:
+def bare_forward(root: Path, device: str, rounds: int, higher: bool = False) -> float:
     """Median seconds of a step's forwards (one, or each call of the step) of the (built, warm) denoiser on the
-    step's captured inputs."""
+    step's captured inputs; with ``higher``, weights and floating inputs one precision up (float64 for float32,
+    float32 for bf16/fp16), as replay runs its reference."""
     import torch
 
     import ikdata
@@ -132,6 +137,16 @@ def bare_forward(root: Path, device: str, rounds: int) -> float:
         run = load_reference(definition, trusted_definitions=ds.trusted_definitions)
     spec = {"record": dict(model.record), "state_dict": state}
     inputs = [ds.load_inputs(rows[u], device=device) for u in uuids]
+    if higher:
+        from ikdata.diffusion.replay import HIGHER
+
+        up = HIGHER.get(next(t.dtype for t in state.values() if t.is_floating_point()))
+        if up is None:
+            return 0.0
+        cast = lambda v: v.to(up) if torch.is_tensor(v) and v.is_floating_point() else v  # noqa: E731
+        spec = {"record": {**spec["record"], "digest": f"{model.digest}@{up}"},
+                "state_dict": {n: cast(t) for n, t in state.items()}}
+        inputs = [{n: cast(v) for n, v in one.items()} for one in inputs]
     with torch.inference_mode():
         run(*[inputs[0][n] for n in definition.inputs], model=spec)  # build and warm
     times = []
@@ -156,6 +171,7 @@ def measure(work: Path, case: str, device: str, steps: int, rounds: int) -> dict
     capture(root, steps, case)
     cold = _judge(root, device, Settings())[0]
     bare = bare_forward(root, device, rounds)
+    bare_hi = bare_forward(root, device, rounds, higher=True)
     whole: dict[bool, list[float]] = {True: [], False: []}
     step: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(rounds):  # interleaved, so both sides see the same machine load
@@ -164,7 +180,9 @@ def measure(work: Path, case: str, device: str, steps: int, rounds: int) -> dict
             whole[floor].append(seconds / n)
             step[floor].append(median)
     return {"case": case, "scheduler": CASES[case], "device": device, "steps": steps, "rounds": rounds,
-            "bare_forward_ms": round(bare * 1e3, 2),
+            "bare_forward_ms": round(bare * 1e3, 2), "bare_forward_higher_ms": round(bare_hi * 1e3, 2),
+            "ratio_with_floor_to_its_forwards": round(min(step[True]) / (2 * bare + bare_hi), 3),
+            "ratio_without_floor_to_its_forwards": round(min(step[False]) / (bare + bare_hi), 3),
             "step_ms_with_floor": round(min(step[True]) * 1e3, 2),
             "step_ms_without_floor": round(min(step[False]) * 1e3, 2),
             "ratio_with_floor": round(min(step[True]) / bare, 3),
@@ -192,10 +210,13 @@ def main() -> None:
         for case in args.case or list(CASES):
             found = measure(work, case, args.device, steps, rounds)
             print(f"{found['scheduler']}:")
-            print(f"  bare denoiser forward (median): {found['bare_forward_ms']} ms")
+            print(f"  bare denoiser forward (median): {found['bare_forward_ms']} ms; one precision up: "
+                  f"{found['bare_forward_higher_ms']} ms")
             print(f"  replay per step (median step, best of {rounds}): with the floor {found['step_ms_with_floor']} "
-                  f"ms = {found['ratio_with_floor']}x (target <= 2.3x); without {found['step_ms_without_floor']} ms = "
-                  f"{found['ratio_without_floor']}x (target <= 1.2x)")
+                  f"ms = {found['ratio_with_floor']}x one forward, {found['ratio_with_floor_to_its_forwards']}x its "
+                  f"three (target <= 1.2x); without {found['step_ms_without_floor']} ms = "
+                  f"{found['ratio_without_floor']}x, {found['ratio_without_floor_to_its_forwards']}x its two "
+                  "(target <= 1.2x)")
             print(f"  whole trajectory / steps (reading the records, the model's blobs, noise and continuity checks "
                   f"included): {found['whole_per_step_ms_with_floor']} ms with the floor, "
                   f"{found['whole_per_step_ms_without_floor']} ms without; first run with the model build: "
