@@ -62,7 +62,8 @@ def test_bad_size_is_a_usage_error_before_the_command_starts(tmp_path):
 def test_unknown_only_name_is_a_usage_error(tmp_path):
     result, marker = _capture(tmp_path, "--into", str(tmp_path / "d"), "--only", "gemm,flash_mla")
     assert result.exit_code == 2
-    assert "--only: unknown name(s) flash_mla; expected an op type (attention, gemm, norm, sampling)" in result.output
+    assert ("--only: unknown name(s) flash_mla; expected an op type (activation, attention, conv, embedding, gemm, "
+            "norm, rope, sampling)") in result.output
     assert not marker.exists()
 
 
