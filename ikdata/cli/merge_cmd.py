@@ -41,6 +41,7 @@ Examples:
   ikdata import seed-capture shared/qwen --definitions seed/definitions
   ikdata import flashinfer-trace shared/fi --keep-random --json
   ikdata import server-draws.jsonl runs/server   (OpenAI-style completions)
+  ikdata import vllm-draws.jsonl runs/v --engine vllm   (vLLM's sampler order)
   ikdata import from-a-colleague shared/gemm --definitions defs --rejudge-all
   ikdata import my-own-run shared/gemm --trust-reports
 
@@ -63,7 +64,10 @@ def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import
             trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False,
             device: Annotated[str, typer.Option(help="Where references run when re-judging: cpu, cuda, "
                                                 "cuda:N.")] = "cpu",
-            definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False) -> None:
+            definitions: DefinitionsOpt = None, json_: JsonOpt = False, quiet: QuietOpt = False,
+            engine: Annotated[Optional[str], typer.Option(
+                "--engine", help="The server that wrote a completions .jsonl (vllm, sglang): its lines are judged "
+                "in that engine's sampler order.")] = None) -> None:
     """Merge a fully validated dataset into DST: all or nothing, each tensor stored once; SRC's verdicts
     are re-judged (a sample, or all) unless --trust-reports."""
     from ikdata.importing.apply import import_dataset
@@ -74,9 +78,13 @@ def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import
     if src.suffix == ".jsonl" and src.is_file():  # OpenAI-compatible completions -> sampling workloads
         from ikdata.sampling.completions import import_completions
 
-        found = import_completions(src, dst, dry_run=dry_run)
+        found = import_completions(src, dst, dry_run=dry_run, engine=engine)
         o.result(found.to_dict(), lambda: out.info(found.summary()))
         return
+    if engine is not None:
+        from ikdata.core.errors import UsageError
+
+        raise UsageError(f"--engine {engine!r}: only a completions .jsonl names its engine; {src} is a dataset")
     before = _current_id(dst)
     with o.progress("import", unit="blobs") as progress:
         result = import_dataset(src, dst, only_passed=only_passed, dry_run=dry_run, definitions=definitions or (),

@@ -111,3 +111,20 @@ def test_an_unknown_engine_is_refused_by_line_and_pointer_or_as_a_usage_error(tm
     assert "engine must be one of sglang, vllm" in problem.message and "'tgi'" in problem.message
     with pytest.raises(UsageError, match="expected one of sglang, vllm"):
         import_completions(tmp_path / "missing.jsonl", tmp_path / "d", engine="tgi")
+
+
+def test_ikdata_import_engine_option_names_the_order_of_a_log_and_is_refused_elsewhere(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from ikdata.cli import app
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(_line()) + "\n")
+    done = CliRunner().invoke(app, ["import", str(log), str(tmp_path / "d"), "--engine", "vllm"])
+    assert done.exit_code == 0, done.output
+    (rows,) = [p.read_text() for p in (tmp_path / "d" / "workloads").rglob("*.jsonl")]
+    assert json.loads(rows.splitlines()[0])["definition"] == "sampling_top_logprobs_vllm"
+    wrong = CliRunner().invoke(app, ["import", str(log), str(tmp_path / "e"), "--engine", "tgi"])
+    assert wrong.exit_code == 2 and "expected one of sglang, vllm" in wrong.output
+    folder = CliRunner().invoke(app, ["import", str(tmp_path / "d"), str(tmp_path / "f"), "--engine", "vllm"])
+    assert folder.exit_code == 2 and "only a completions .jsonl names its engine" in folder.output
