@@ -296,7 +296,7 @@ def table(sweep: Sweep) -> str:
             continue
         cells = [variant.label]
         honest = sweep.cases[sweep.ids[(variant.label, None)]]
-        exact = all(s["chain"] == 0 and s["e"] == 0 for s in honest["trajectory"]["steps"])
+        exact = all(s["chain"] == 0 and s["e_same_dtype"] == 0 for s in honest["trajectory"]["steps"])
         cells.append(("yes, bit-exact" if exact else "yes") if honest["status"] == "passed" else "NO")
         for perturbation in PERTURBATIONS:
             key = (variant.label, perturbation)

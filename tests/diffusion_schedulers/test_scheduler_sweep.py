@@ -27,7 +27,8 @@ def test_an_honest_run_passes_with_every_step_recomputed_exactly(sweep, variant)
     assert case["status"] == "passed", case.get("reason")
     steps = case["trajectory"]["steps"]
     assert len(steps) >= sw.STEPS
-    assert all(s["e"] == 0 and s["chain"] == 0 for s in steps), [(s["index"], s["e"], s["chain"]) for s in steps]
+    assert all(s["e_same_dtype"] == 0 and s["chain"] == 0 for s in steps), [(s["index"], s["e_same_dtype"], s["chain"])
+                                                                            for s in steps]
     assert case["trajectory"]["schedule_from"] == "set_timesteps(recorded arguments)"
     cases = sw.workload_cases(sweep, trajectory)
     assert cases["denoiser"] and all(c["status"] == "passed" for kind in cases.values() for c in kind)
@@ -42,7 +43,7 @@ def test_a_wrong_step_fails_at_that_step_and_blames_the_scheduler_step(sweep, va
     assert case["status"] == "failed"
     assert m["first_failure"] == {"step": at, "streams": ["image"], "check": "chain"}, m["first_failure"]
     assert [s["index"] for s in m["steps"] if not s["passed"]] == [at]
-    assert all(s["e"] == 0 for s in m["steps"])  # the denoiser is exact at every step
+    assert all(s["e_same_dtype"] == 0 for s in m["steps"])  # the denoiser is exact at every step
     assert f"scheduler step(s) wrong; first at step {at} (image: chain)" in case["reason"]
     assert "outside the floor" not in case["reason"] and "worst e/f" not in case["reason"]
     cases = sw.workload_cases(sweep, trajectory)
