@@ -155,7 +155,8 @@ def test_json_of_every_command_parses(tmp_path, make_ikdata_dataset):
     assert ok("repair", str(src))["changed"] is False
     shard = ok("replay", str(src), "--definitions", str(definitions), "--no-reuse", "--shard", "1/1")
     assert ok("replay-combine", str(tmp_path / "combined.json"), shard["report"])["exit_code"] == 0
-    assert ok("capture", "--into", str(tmp_path / "cap"), "--", "true")["returncode"] == 0
+    nothing = ok("capture", "--into", str(tmp_path / "cap"), "--", "true", code=1)  # nothing captured: exit 1
+    assert nothing["returncode"] == 0 and nothing["why_nothing"]
     assert ok("index", str(src))["rows"] == 3
     assert ok("unpack", str(tmp_path / "cloned"))["written"] > 0  # a clone of a packed remote is packed
     assert ok("pack", str(tmp_path / "cloned"))["packed"] > 0
