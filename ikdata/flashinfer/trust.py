@@ -36,6 +36,17 @@ def trusted_flashinfer(definitions: Mapping[str, Definition]) -> dict[str, Defin
 
 
 def _render(definition: Definition, by_key: Mapping[str, Any]) -> Definition | None:
+    """The installed template's conversion for the definition's const axes, dtypes and absent inputs; a const
+    axis only a scalar argument sets (``top_k_ragged_transform``'s ``k``) is rendered from that scalar."""
+    try:
+        return _rendered(definition, by_key, with_scalars=False)
+    except Refused as exc:
+        if exc.code != "axis-value":
+            raise
+        return _rendered(definition, by_key, with_scalars=True)
+
+
+def _rendered(definition: Definition, by_key: Mapping[str, Any], *, with_scalars: bool) -> Definition | None:
     import torch
 
     from ikdata.flashinfer.inline import inlined, input_params, reference_name
@@ -54,6 +65,12 @@ def _render(definition: Definition, by_key: Mapping[str, Any]) -> Definition | N
     kwargs: dict[str, Any] = {}
     for name, descriptor in ref.template.inputs.items():
         spec = definition.inputs.get(name)
+        param = getattr(descriptor, "param", None) or name
+        if type(descriptor).__name__ == "Scalar":  # a scalar that sets a const axis (top_k's k): its value
+            for axis in (name, param):
+                if with_scalars and axis in definition.const_axes:
+                    kwargs[param] = definition.const_axes[axis]
+            continue
         if spec is None or spec.shape is None or type(descriptor).__name__ != "Tensor":
             continue
         param = descriptor.param or name

@@ -27,7 +27,8 @@ from flashinfer_engines import EngineCall  # noqa: E402
 HONEST = [EngineCall("mamba", "selective_state_update_trace"), EngineCall("norm", "fused_add_rmsnorm_trace"),
           EngineCall("norm", "layernorm_trace"), EngineCall("rope", "apply_rope_trace"),
           EngineCall("norm", "fused_rmsnorm_silu_trace"),
-          EngineCall("norm", "gemma_fused_add_rmsnorm_trace")]  # returns 1 of its 2 outputs: not recorded
+          EngineCall("norm", "gemma_fused_add_rmsnorm_trace"),  # returns 1 of its 2 outputs: not recorded
+          EngineCall("sampling", "top_k_ragged_transform_trace")]  # const axis k set by a scalar: trusted after
 WRONG = [EngineCall(module, attr, {"batch_size": 3}, seed=2, wrong=True)  # other shapes: other workloads
          for module, attr in [("mamba", "selective_state_update_trace"), ("norm", "fused_add_rmsnorm_trace"),
                               ("rope", "apply_rope_trace")]]
@@ -63,7 +64,7 @@ def test_every_honest_in_place_and_renamed_api_passes_and_every_wrong_one_fails(
     into, cases, replay, _ = replayed
     assert replay.returncode == 1  # the wrong engines
     for prefix, honest_and_wrong in [("selective_state_update_", 2), ("fused_add_rmsnorm_", 2), ("rope_h", 2),
-                                     ("layernorm_", 1), ("fused_rmsnorm_silu_", 1)]:
+                                     ("layernorm_", 1), ("fused_rmsnorm_silu_", 1), ("top_k_ragged_transform_", 1)]:
         found = _cases(cases, prefix)
         assert len(found) == honest_and_wrong, (prefix, [c["definition"] for c in cases])
         statuses = sorted(c["status"] for c in found)
