@@ -186,7 +186,7 @@ def _patch_runner(cap: Any, module: Any) -> None:
 def _record_rows(cap: Any, runner: Any, pending: tuple[list[tuple[int, SampledRow]], Any], out: Any) -> None:
     rows, logits = pending
     drawn = out.sampled_token_ids[:, 0].to("cpu").tolist()
-    facts = _model_facts(runner)
+    facts = _model_facts(cap, runner)
     for slot, (index, row) in enumerate(rows):
         record_row(cap, logits[slot], row, drawn[index], operation=SAMPLER_OPERATION, order=ORDER, provenance=facts)
 
@@ -212,14 +212,20 @@ def _folder_facts(path: str) -> tuple[tuple[str, Any], ...]:
     return (("model", path), ("model_digest", parts_digest(parts)))
 
 
-def _model_facts(runner: Any) -> dict[str, Any]:
+def _model_facts(cap: Any, runner: Any) -> dict[str, Any]:
+    """Engine, version, model folder and its digest (also as ``model_revision``, which lineage shows: a local
+    folder has no hub revision, its content is its revision); what the user gave (--model, --model-revision,
+    --engine) is kept."""
     from ikdata.engines import ENGINES
 
     path = str(getattr(getattr(runner, "model_config", None), "model", "") or "")
     facts: dict[str, Any] = {"engine": "vllm", "engine_version": ENGINES["vllm"].version()}
     if path:
         facts.update(_folder_facts(path))
-    return facts
+    if facts.get("model_digest"):
+        facts["model_revision"] = f"sha256:{facts['model_digest']}"
+    given = cap.config.provenance
+    return {k: v for k, v in facts.items() if given.get(k) is None}
 
 
 # -- operators --------------------------------------------------------------------------------------------

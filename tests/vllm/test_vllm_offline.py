@@ -95,6 +95,7 @@ def test_lineage_names_the_engine_its_version_and_the_model_folder_by_digest(hon
         parts.update(f"{file.relative_to(tiny_model)}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
     sampled = [r for r in honest_run.receipts() if r["definition"] == SAMPLER]
     assert {r["model_digest"] for r in sampled} == {parts.hexdigest()}
+    assert {r["model_revision"] for r in sampled} == {f"sha256:{parts.hexdigest()}"}  # what lineage shows
     assert {r["model"] for r in sampled} == {str(tiny_model)}
     assert {(r["engine"], r["engine_version"]) for r in honest_run.receipts()} == {("vllm", honest_run.outputs["vllm"])}
 
