@@ -91,7 +91,7 @@ def read_calls(root: Path) -> tuple[list[Call], list[Skipped]]:
     for folder, prefix in folders:
         try:
             if folder.is_symlink():
-                raise _skip(f"{folder.name} is a link (to {os.path.realpath(folder)}); a call folder must be a "
+                raise _skip(f"{folder.name} is a link (to {os.readlink(folder)}); a call folder must be a "
                             "folder inside the dump")
             calls.append(read_call(folder, paths=paths, prefix=prefix))
         except Refused as exc:
