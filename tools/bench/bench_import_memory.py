@@ -107,7 +107,7 @@ def main() -> None:
     print(f"import {args.src_rows:,} into {args.dst_rows:,} rows: peak {ours['rss_mb']:.0f} MB, "
           f"{ours['seconds']:.1f} s ({ours['note']})")
     print(f"baseline, DST's records read and held with json.loads: peak {held['rss_mb']:.0f} MB "
-          f"({held['note']}); import / baseline = {ours['rss_mb'] / held['rss_mb']:.2f}")
+          f"({held['note']}); import peak = {ours['rss_mb'] / held['rss_mb']:.2f}x the baseline's")
 
 
 if __name__ == "__main__":
