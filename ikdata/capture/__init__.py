@@ -11,8 +11,10 @@ for CMD and every Python process it starts. Inside the program:
 Modules: ``config`` (settings passed to children), ``context`` (request and step),
 ``selection`` (once per key, caps), ``writer`` (background writer), ``hooks``
 (the Capturer), ``adapters`` (built-in torch adapters), ``templates`` (shipped
-definition templates and :func:`trusted_instances`), ``boot`` (per-process boot),
-``runner`` (run a command with capture on).
+definition templates and :func:`trusted_instances`), ``dispatch`` and ``op_binding`` (operators
+seen at the dispatcher, aten and custom ops bound to definitions), ``census`` (every op seen,
+recorded or skipped and why, per process), ``boot`` (per-process boot), ``runner`` (run a
+command with capture on).
 """
 
 from __future__ import annotations
