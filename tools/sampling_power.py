@@ -28,21 +28,6 @@ sys.path.insert(0, str(ROOT / "tests" / "sampling_logits"))
 NEW_TOKENS = 8
 
 
-def _typical_on_logits(self, input_ids, scores):
-    import torch
-
-    normalized = scores.masked_fill(torch.isinf(scores), -1e4)  # the bug: logits, not log-probabilities
-    p = torch.exp(normalized)
-    ent = -(normalized * p).nansum(-1, keepdim=True)
-    shifted = torch.abs((-normalized) - ent)
-    sorted_scores, sorted_indices = torch.sort(shifted, descending=False)
-    cumulative = scores.gather(-1, sorted_indices).softmax(dim=-1).cumsum(dim=-1)
-    last = (cumulative < self.mass).sum(dim=1).clamp_(max=sorted_scores.shape[-1] - 1)
-    remove = sorted_scores > sorted_scores.gather(1, last.view(-1, 1))
-    remove[..., : self.min_tokens_to_keep] = 0
-    return scores.masked_fill(remove.scatter(1, sorted_indices, remove), self.filter_value)
-
-
 NO_CUTS = dict(top_k=0, top_p=1.0, min_p=None)
 HF_BUGS = {
     # name: (settings, injection)
@@ -58,7 +43,7 @@ LOOP_BUGS = ("one uniform shared by a batch", "seed reused across requests")
 @contextlib.contextmanager
 def _inject(name):
     from bugs import injected
-    from hf_runs import patched
+    from hf_runs import patched, typical_on_logits
     from transformers.generation import logits_process as lp
 
     if name is None:
@@ -69,7 +54,7 @@ def _inject(name):
                      lambda self, ids, scores: original(self, ids[:, :6], scores)):
             yield []
     elif name == "typical_on_logits":
-        with patched(lp.TypicalLogitsWarper, "__call__", _typical_on_logits):
+        with patched(lp.TypicalLogitsWarper, "__call__", typical_on_logits):
             yield []
     else:
         with injected(name) as extra:

@@ -57,3 +57,18 @@ def patched(owner, name, value):
         yield
     finally:
         setattr(owner, name, original)
+
+
+def typical_on_logits(self, input_ids, scores):
+    """A typical-p bug injected into HF's TypicalLogitsWarper.__call__: the entropy taken over the logits,
+    not the log-probabilities (issue 36, finding 4; the test and tools/sampling_power.py share it)."""
+    normalized = scores.masked_fill(torch.isinf(scores), -1e4)  # the bug: logits, not log-probabilities
+    p = torch.exp(normalized)
+    ent = -(normalized * p).nansum(-1, keepdim=True)
+    shifted = torch.abs((-normalized) - ent)
+    sorted_scores, sorted_indices = torch.sort(shifted, descending=False)
+    cumulative = scores.gather(-1, sorted_indices).softmax(dim=-1).cumsum(dim=-1)
+    last = (cumulative < self.mass).sum(dim=1).clamp_(max=sorted_scores.shape[-1] - 1)
+    remove = sorted_scores > sorted_scores.gather(1, last.view(-1, 1))
+    remove[..., : self.min_tokens_to_keep] = 0
+    return scores.masked_fill(remove.scatter(1, sorted_indices, remove), self.filter_value)

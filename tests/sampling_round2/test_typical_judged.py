@@ -12,20 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hf_runs import build_model, capture_run, patched, replay_dir  # noqa: E402
-
-
-def _typical_on_logits(self, input_ids, scores):
-    normalized = scores.masked_fill(torch.isinf(scores), -1e4)  # the bug: logits, not log-probabilities
-    p = torch.exp(normalized)
-    ent = -(normalized * p).nansum(-1, keepdim=True)
-    shifted = torch.abs((-normalized) - ent)
-    sorted_scores, sorted_indices = torch.sort(shifted, descending=False)
-    cumulative = scores.gather(-1, sorted_indices).softmax(dim=-1).cumsum(dim=-1)
-    last = (cumulative < self.mass).sum(dim=1).clamp_(max=sorted_scores.shape[-1] - 1)
-    remove = sorted_scores > sorted_scores.gather(1, last.view(-1, 1))
-    remove[..., : self.min_tokens_to_keep] = 0
-    return scores.masked_fill(remove.scatter(1, sorted_indices, remove), self.filter_value)
+from hf_runs import build_model, capture_run, patched, replay_dir, typical_on_logits  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +26,7 @@ def test_typical_p_is_judged_by_the_statistical_tests(model, tmp_path, bug):
 
     from transformers.generation import logits_process as lp
 
-    inject = patched(lp.TypicalLogitsWarper, "__call__", _typical_on_logits) if bug else contextlib.nullcontext()
+    inject = patched(lp.TypicalLogitsWarper, "__call__", typical_on_logits) if bug else contextlib.nullcontext()
     with inject:
         capture_run(model, tmp_path / "ds", rows=256, typical_p=0.8, top_k=0, top_p=1.0, min_p=None)
     result = replay_dir(tmp_path / "ds")
