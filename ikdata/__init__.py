@@ -24,6 +24,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any
 
 from ikdata._version import __version__
+from ikdata.core import features as _features
+
+
+def _declared() -> tuple:
+    from ikdata._features import FEATURES
+
+    return FEATURES
+
+
+_features.provide(_declared)  # before anything reads a declaration: the feature packages, named once
 
 # The face is lazy (PEP 562): ``import ikdata.core.digest`` loads the core module alone, not every
 # engine. The three functions are defined below with their real signatures (so ``help(ikdata)`` shows

@@ -154,8 +154,9 @@ def on_rmsnorm_module(cap: Any, module: Any, args: tuple, kwargs: dict, out: Any
 
 
 def install(cap: Any) -> None:
-    """Install the built-in adapters on a Capturer: the torch functions above, then each judge family's own
-    capture module (:func:`ikdata.judging.families.capture_modules`: HF's sampler, Diffusers pipelines)."""
+    """Install the built-in adapters on a Capturer: the torch functions above, then each declared capture
+    source's hooks (:func:`ikdata.core.features.sources`: HF's sampler, Diffusers pipelines, FlashInfer, vLLM); each
+    waits for its library's own modules, so a source that never loads costs nothing."""
     import importlib
 
     import torch
@@ -169,17 +170,11 @@ def install(cap: Any) -> None:
         cap.patch(F, "rms_norm", on_rms_norm, label="torch.nn.functional.rms_norm")
     cap.patch(F, "layer_norm", on_layer_norm, label="torch.nn.functional.layer_norm")
     cap.on_module(lambda cls: cls.__name__ in RMSNORM_MODULES, on_rmsnorm_module, label="RMSNorm modules")
-    from ikdata.judging.families import capture_modules
+    from ikdata.core.features import sources  # each declared source's hooks: HF's sampler, Diffusers, FlashInfer, vLLM
 
-    for path in capture_modules():
-        importlib.import_module(path).install(cap)
-    from ikdata.flashinfer import capture as flashinfer_capture  # @flashinfer_api calls, when FlashInfer is installed
-
-    flashinfer_capture.install(cap)
-    from ikdata import engines  # serving engines' samplers and operators (vLLM), when the engine loads
-
-    engines.install(cap)
-
+    for source in sources():
+        if source.hooks:
+            importlib.import_module(source.hooks).install(cap)
 
 __all__ = ["install", "RMSNORM_MODULES", "on_linear", "on_mm", "on_matmul", "on_sdpa", "on_rms_norm",
            "on_layer_norm", "on_rmsnorm_module"]

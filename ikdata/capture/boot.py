@@ -106,10 +106,10 @@ def uninstall() -> None:
     with _LOCK:
         capturer, _CAPTURER = _CAPTURER, None
         if capturer is not None:
-            from ikdata.judging.families import capture_modules
+            from ikdata.core.features import sources
 
-            for path in capture_modules():  # a family's hooks that outlive the patches (import watchers)
-                module = importlib.import_module(path)
+            for source in sources():  # a source's hooks that outlive the patches (import watchers)
+                module = importlib.import_module(source.hooks) if source.hooks else None
                 if hasattr(module, "uninstall"):
                     module.uninstall()
             capturer.writer.flush()

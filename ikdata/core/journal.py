@@ -108,10 +108,9 @@ def _step_refusal(paths: PathResolver, step: object) -> str | None:
         if record_kind is None or record_kind.imported != kind:
             allowed = ", ".join(k.name for k in KINDS if k.imported == kind)
             return f"{kind} target {target!r} is not a file an import may {kind} ({allowed})"
-        if record_kind.top == "reports/shared" and not re.fullmatch(r"reports/shared/[0-9a-f]{64}\.json", target):
-            return f"create target {target!r} is not a receipts' shared context (reports/shared/<digest>.json)"
-        if record_kind.top == "models" and not re.fullmatch(r"models/[0-9a-f]{64}\.json", target):
-            return f"create target {target!r} is not a model record (models/<digest>.json)"
+        if record_kind.pattern is not None and not re.fullmatch(record_kind.pattern, target):
+            return (f"{kind} target {target!r} is not a file of {record_kind.name} "
+                    f"({record_kind.top}/<digest>{record_kind.suffix})")
         if kind == "append" and not (isinstance(step.get("base_size"), int) and step["base_size"] >= 0
                                      and isinstance(step.get("base_digest"), str)):
             return "an append step needs an integer 'base_size' and a 'base_digest'"

@@ -216,10 +216,10 @@ def _model_facts(cap: Any, runner: Any) -> dict[str, Any]:
     """Engine, version, model folder and its digest (also as ``model_revision``, which lineage shows: a local
     folder has no hub revision, its content is its revision); what the user gave (--model, --model-revision,
     --engine) is kept."""
-    from ikdata.engines import ENGINES
+    from ikdata.core.features import source
 
     path = str(getattr(getattr(runner, "model_config", None), "model", "") or "")
-    facts: dict[str, Any] = {"engine": "vllm", "engine_version": ENGINES["vllm"].version()}
+    facts: dict[str, Any] = {"engine": "vllm", "engine_version": source("vllm").version()}
     if path:
         facts.update(_folder_facts(path))
     if facts.get("model_digest"):

@@ -11,71 +11,13 @@ pass. A family names its functions by module path, so this module loads no torch
 
 from __future__ import annotations
 
-import functools
-import importlib
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
+
+from ikdata.core import features
+from ikdata.core.features import Family
 
 
-@dataclass(frozen=True)
-class Family:
-    """One judge family.
-
-    Attributes:
-        name: as the report and the messages call it.
-        finish: ``"module:function"`` called as ``f(run, shard=..., settings=...)`` after every workload
-            case of a run (or shard, or Ray driver) is in ``run.out``: decides group verdicts and adds or
-            updates cases. None when cases are decided one by one.
-        regroup: ``"module:function"`` called as ``f(report)`` on the cases of combined shards (a dict
-            report, changed in place). None when a combined case needs nothing more.
-        needs_whole_run: finish only when the run was not narrowed to named definitions.
-        owns: ``"module:function"`` called as ``f(definition)``: whether this family judges the definition's
-            workloads (the first family that owns a definition takes it; operators take the rest).
-        settle: ``f(run, row, case)``: a case decided before any tensor loads (e.g. a denoiser step waits for
-            its trajectory), or None to go on as operators do.
-        execute: ``f(run, row, pending)``: judge one case of an owned definition once its reference is known.
-        blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
-        capture: a module with ``install(capturer)`` (and optionally ``uninstall()``) that ``ikdata capture``
-            installs after the operator adapters: the family's own hooks (HF's sampler, Diffusers pipelines).
-        vouches: ``f(definition)``: whether the family judges the definition's workloads with its own code only,
-            never running the definition's reference (diffusion's discovered denoiser calls), so re-judging
-            them needs no trust in the definition.
-    """
-
-    name: str
-    finish: str | None = None
-    regroup: str | None = None
-    needs_whole_run: bool = False
-    owns: str | None = None
-    settle: str | None = None
-    execute: str | None = None
-    blobs: str | None = None
-    capture: str | None = None
-    vouches: str | None = None
-
-    def hook(self, name: str) -> Callable[..., Any] | None:
-        """The family's function ``name`` ("finish", "regroup", "owns", "settle", "execute"), or None."""
-        return _resolve(getattr(self, name))
-
-
-@functools.cache
-def _resolve(spec: str | None) -> Callable[..., Any] | None:
-    if spec is None:
-        return None
-    module, _, function = spec.partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-FAMILIES: tuple[Family, ...] = (
-    Family("sampling", owns="ikdata.sampling.judge:is_sampling", execute="ikdata.sampling.judge:execute_case",
-           finish="ikdata.sampling.judge:finish", regroup="ikdata.sampling.judge:regroup",
-           capture="ikdata.sampling.capture"),
-    Family("diffusion", owns="ikdata.diffusion.replay:is_denoiser", settle="ikdata.diffusion.replay:settle_step",
-           finish="ikdata.diffusion.replay:finish", regroup="ikdata.diffusion.verdicts:regroup",
-           blobs="ikdata.diffusion.replay:blob_paths", capture="ikdata.diffusion.capture", needs_whole_run=True,
-           vouches="ikdata.diffusion.discovery:vouches"),
-    Family("operators"),  # judged case by case by closeness or a metric judge: the replay loop itself
-)
+FAMILIES: tuple[Family, ...] = (*features.families(), Family("operators"))  # operators: judged case by case
 OPERATORS = FAMILIES[-1]
 
 
@@ -118,11 +60,6 @@ def finish_blobs(ds: Any) -> list[str]:
     return sorted(paths)
 
 
-def capture_modules() -> list[str]:
-    """The modules whose ``install(capturer)`` capture runs after the operator adapters, in family order."""
-    return [family.capture for family in FAMILIES if family.capture]
-
-
 def regroup_all(report: dict[str, Any]) -> None:
     """Decide every family's groups again over the combined cases of shards."""
     for family in FAMILIES:
@@ -131,5 +68,5 @@ def regroup_all(report: dict[str, Any]) -> None:
             regroup(report)
 
 
-__all__ = ["FAMILIES", "Family", "OPERATORS", "capture_modules", "finish_all", "finish_blobs", "owner", "regroup_all",
+__all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "owner", "regroup_all",
            "vouched"]

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from ikdata.core.definitions import SHIPPED, load_reference, read_folder, shipped_folder
 from ikdata.core.errors import ProblemsFound, UsageError
-from ikdata.engines import ENGINES, detect, order_of
+from ikdata.core.features import source
+from ikdata.engines import detect, order_of
 from ikdata.engines.vllm import external_id
 from ikdata.sampling.completions import import_completions, read_completions
 
@@ -31,7 +32,7 @@ def _run(shipped, name):
 
 def test_engines_are_declared_once_with_their_sampler_order():
     assert order_of("vllm") == "vllm" and order_of(" SGLang ") == "sglang" and order_of("torch") is None
-    assert ENGINES["vllm"].hooks == "ikdata.engines.vllm"
+    assert source("vllm").hooks == "ikdata.engines.vllm"
     assert detect() is None  # nothing of either engine is imported in the test process
 
 

@@ -1,0 +1,12 @@
+"""What sampling declares to the engines: its judge family and its capture source (HF ``generate``'s sampler)."""
+
+from __future__ import annotations
+
+from ikdata.core.features import Family, Feature, Source
+
+FEATURE = Feature(
+    "sampling",
+    family=Family("sampling", owns="ikdata.sampling.judge:is_sampling", execute="ikdata.sampling.judge:execute_case",
+                  finish="ikdata.sampling.judge:finish", regroup="ikdata.sampling.judge:regroup"),
+    sources=(Source("transformers", "transformers", order="hf", hooks="ikdata.sampling.capture"),),
+)
