@@ -71,6 +71,18 @@ class Family:
         blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
         vouches: ``f(definition)``: whether the family judges the definition's workloads with its own code
             only, never running the definition's reference, so re-judging them needs no trust in it.
+        recheck: ``f(case, report, definition)``: an import's re-check of one case of a report: the reasons
+            it does not hold, or None when the case is not the family's (:mod:`ikdata.core.verdicts`).
+        validate: validate's check of the family's own records (trajectories, model records).
+        references: the blobs the family's records name (gc keeps them, pull fetches them, stats counts them).
+        carried: the family's records that ride along an import with the workloads they belong to.
+        lineage: the lineage of the family's records (a trajectory's steps, a step's workloads).
+        diff: what two datasets' family records differ in.
+        stats: the family's counts for ``ikdata stats``.
+        describe: the family's lines for ``ikdata show``.
+        settings: the family's replay settings from the command line's options.
+        summary: the family's lines in replay's end summary.
+        figures: the family's sections of the report page.
     """
 
     name: str
@@ -82,6 +94,17 @@ class Family:
     execute: str | None = None
     blobs: str | None = None
     vouches: str | None = None
+    recheck: str | None = None
+    validate: str | None = None
+    references: str | None = None
+    carried: str | None = None
+    lineage: str | None = None
+    diff: str | None = None
+    stats: str | None = None
+    describe: str | None = None
+    settings: str | None = None
+    summary: str | None = None
+    figures: str | None = None
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The family's function ``name`` (a field above), or None when it declares none."""
@@ -100,6 +123,8 @@ class Source:
             in every captured process after the operator adapters, or None.
         engine: whether, when loaded, it names the engine of a process (a serving engine), rather than a
             library a program calls.
+        importer: reads a folder of the source's own format for ``ikdata import`` (FlashInfer's dumps), or None.
+        trusts: the dataset definitions converted from the source's installed templates that replay may trust.
     """
 
     name: str
@@ -107,6 +132,8 @@ class Source:
     order: str | None = None
     hooks: str | None = None
     engine: bool = False
+    importer: str | None = None
+    trusts: str | None = None
 
     def loaded(self) -> bool:
         """Whether the source's module is imported in this process."""

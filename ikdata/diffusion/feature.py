@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ikdata.core.features import Family, Feature, RecordKind, Source
 
+_DATA = "ikdata.diffusion.dataset_hooks"
+
 FEATURE = Feature(
     "diffusion",
     kinds=(RecordKind("diffusion trajectories", "trajectories", ".jsonl", "trajectory", imported="append"),
@@ -13,6 +15,10 @@ FEATURE = Feature(
     family=Family("diffusion", owns="ikdata.diffusion.replay:is_denoiser", settle="ikdata.diffusion.replay:settle_step",
                   finish="ikdata.diffusion.replay:finish", regroup="ikdata.diffusion.verdicts:regroup",
                   blobs="ikdata.diffusion.replay:blob_paths", needs_whole_run=True,
-                  vouches="ikdata.diffusion.discovery:vouches"),
+                  vouches="ikdata.diffusion.discovery:vouches", recheck="ikdata.diffusion.verdicts:recheck",
+                  validate=f"{_DATA}:validate", references=f"{_DATA}:references", carried=f"{_DATA}:carried",
+                  lineage=f"{_DATA}:lineage", diff=f"{_DATA}:diff", stats=f"{_DATA}:stats",
+                  describe=f"{_DATA}:describe", settings="ikdata.diffusion.settings:from_options",
+                  summary="ikdata.diffusion.table:summary_lines", figures="ikdata.diffusion.report_figures:figures"),
     sources=(Source("diffusers", "diffusers", hooks="ikdata.diffusion.capture"),),
 )

@@ -1,4 +1,5 @@
-"""What FlashInfer declares to the engines: its capture source (``@flashinfer_api`` calls)."""
+"""What FlashInfer declares to the engines: its capture source (``@flashinfer_api`` calls), the reader of its
+own dump and trace folders for ``ikdata import``, and the trust of definitions converted from its templates."""
 
 from __future__ import annotations
 
@@ -6,5 +7,6 @@ from ikdata.core.features import Feature, Source
 
 FEATURE = Feature(
     "flashinfer",
-    sources=(Source("flashinfer", "flashinfer", hooks="ikdata.flashinfer.capture"),),
+    sources=(Source("flashinfer", "flashinfer", hooks="ikdata.flashinfer.capture",
+                    importer="ikdata.flashinfer.source:importer", trusts="ikdata.flashinfer.trust:trusted_flashinfer"),),
 )
