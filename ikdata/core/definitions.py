@@ -273,7 +273,7 @@ def _judge_findings(judge: Mapping[str, Any] | None) -> list[Finding]:
     from ikdata.core.tolerances import JUDGE_BOUNDS
 
     name = judge.get("name")
-    if name in JUDGE_BOUNDS or name in judge_registry.STATISTICAL:  # shipped: no lookup of plugins
+    if name in JUDGE_BOUNDS or name in judge_registry.statistical():  # shipped: no lookup of plugins
         return []
     known = judge_registry.known_names()
     if name in known:

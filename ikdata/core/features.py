@@ -83,6 +83,8 @@ class Family:
         settings: the family's replay settings from the command line's options.
         summary: the family's lines in replay's end summary.
         figures: the family's sections of the report page.
+        judges: the judge names a definition's tolerance may give (``"judge": "sampling"``) whose verdicts this
+            family decides over groups of workloads rather than one output at a time.
     """
 
     name: str
@@ -105,6 +107,7 @@ class Family:
     settings: str | None = None
     summary: str | None = None
     figures: str | None = None
+    judges: tuple[str, ...] = ()
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The family's function ``name`` (a field above), or None when it declares none."""

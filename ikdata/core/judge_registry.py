@@ -39,7 +39,6 @@ from ikdata.core.tolerances import JUDGE_BOUNDS, JUDGE_REASONS
 ENTRY_POINT_GROUP = "ikdata.judges"
 ENV = "IKDATA_JUDGES"
 SHIPPED = "shipped"
-STATISTICAL = ("sampling",)  # shipped judges of groups of workloads (ikdata.sampling.judge), not of one output
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,14 @@ def _sync_env() -> None:
 def known_names() -> list[str]:
     """Every judge name a definition may use: shipped, entry points, and named modules (sorted)."""
     _sync_env()
-    return sorted({*_shipped(), *STATISTICAL, *entry_point_names(), *_registered})
+    return sorted({*_shipped(), *statistical(), *entry_point_names(), *_registered})
+
+
+def statistical() -> tuple[str, ...]:
+    """The judges of groups of workloads the families declare (sampling's), not of one output."""
+    from ikdata.core import features
+
+    return tuple(name for family in features.families() for name in family.judges)
 
 
 def get(name: str) -> Judge | None:
@@ -181,5 +187,5 @@ def forget_registered() -> None:
     _named_modules.clear()
 
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV", "STATISTICAL", "Judge", "entry_point_names", "forget_registered", "get",
-           "known_names", "register_module"]
+__all__ = ["ENTRY_POINT_GROUP", "ENV", "Judge", "entry_point_names", "forget_registered", "get",
+           "known_names", "register_module", "statistical"]

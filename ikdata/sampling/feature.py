@@ -9,6 +9,6 @@ FEATURE = Feature(
     family=Family("sampling", owns="ikdata.sampling.judge:is_sampling", execute="ikdata.sampling.judge:execute_case",
                   finish="ikdata.sampling.judge:finish", regroup="ikdata.sampling.judge:regroup",
                   recheck="ikdata.sampling.groups:recheck", summary="ikdata.sampling.judge:summary_lines",
-                  figures="ikdata.sampling.report_figures:figures"),
+                  figures="ikdata.sampling.report_figures:figures", judges=("sampling",)),
     sources=(Source("transformers", "transformers", order="hf", hooks="ikdata.sampling.capture"),),
 )
