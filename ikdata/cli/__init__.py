@@ -1,10 +1,10 @@
 """The ``ikdata`` command: a thin typer layer over the library.
 
-Errors are translated in one place, :class:`_Group.invoke`: an
-:class:`IkdataError` prints its message (no traceback) and exits with its code
-(1, or 2 for usage); an ``OSError`` (disk full, file-size limit, read-only,
-permission denied) prints one line naming the command, the file and what to do,
-and exits 1; set IKDATA_DEBUG=1 to see the traceback.
+Errors are translated in one place, :func:`ikdata.cli._errors.exit_code`, for typer's commands and the
+fast path alike: an :class:`IkdataError` prints its message (no traceback) and exits with its code
+(1, or 2 for usage); an ``OSError`` (disk full, file-size limit, read-only, permission denied) prints
+one line naming the command, the file and what to do, and exits 1; set IKDATA_DEBUG=1 to see the
+traceback.
 
 Start-up is paid per command (issue 26): :func:`main` answers ``--version`` and ``--help`` from
 :data:`COMMANDS` without loading typer, runs ``show``, ``ls``, ``stats`` and ``lineage`` on a local

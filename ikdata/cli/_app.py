@@ -4,14 +4,12 @@ and a quiet end when the reader of stdout goes away (``ikdata ls DS | head``).""
 
 from __future__ import annotations
 
-import os
-
 import typer
 from typer.core import TyperGroup
 
 from ikdata._version import __version__
-from ikdata.cli import HELP, _stdout_closed, _summary
-from ikdata.cli._read import print_error
+from ikdata.cli import HELP, _summary
+from ikdata.cli._errors import exit_code
 from ikdata.core.errors import IkdataError
 
 
@@ -129,22 +127,11 @@ class _Group(TyperGroup):
     def invoke(self, ctx):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except BrokenPipeError:  # the reader went away (``| head``): not a problem, nothing to say
-            _stdout_closed()  # so nothing flushed later fails again ("Exception ignored ..." at exit)
-            raise typer.Exit(0) from None
-        except IkdataError as exc:
-            if os.environ.get("IKDATA_DEBUG"):
+        except (IkdataError, OSError) as exc:  # worded as the fast path words it (ikdata.cli._errors)
+            code = exit_code(exc, ctx.invoked_subcommand)
+            if code is None:
                 raise
-            print_error(str(exc))
-            raise typer.Exit(exc.exit_code) from None
-        except OSError as exc:  # the OS said no (disk full, size limit, read-only, permission): one line, exit 1
-            if os.environ.get("IKDATA_DEBUG"):
-                raise
-            from ikdata.core.errors import describe_os_error
-
-            command = f"ikdata {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "ikdata"
-            print_error(f"{command}: {describe_os_error(exc)}")
-            raise typer.Exit(1) from None
+            raise typer.Exit(code) from None
 
 
 def _show_version(value: bool) -> None:

@@ -4,12 +4,12 @@ People run these by hand many times an hour; typer builds every parameter throug
 costs more than the command. :func:`run` parses the arguments these four commands take and runs the same
 bodies the typer commands run (:mod:`ikdata.cli._read`); whatever it does not recognise (``--help``, an
 unknown option, a wrong count of arguments, a URL or a folder remote) it leaves to typer, which prints
-the same usage message as always. Errors are printed as the typer layer prints them.
+the same usage message as always. Errors go through the same translation as the typer layer's
+(:mod:`ikdata.cli._errors`).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 _COMMON_FLAGS = {"--json": "json", "--quiet": "quiet", "-q": "quiet"}
@@ -75,7 +75,7 @@ def run(command: str, args: list[str]) -> int | None:
     if parsed is None:
         return None
     positionals, options = parsed
-    from ikdata.cli import _read
+    from ikdata.cli._errors import exit_code
     from ikdata.core.errors import IkdataError
 
     try:
@@ -89,20 +89,11 @@ def run(command: str, args: list[str]) -> int | None:
         if _is_folder_remote(path):
             return None  # the same
         return _run(command, path, positionals[1:], options)
-    except IkdataError as exc:
-        if os.environ.get("IKDATA_DEBUG"):
+    except (IkdataError, OSError) as exc:  # worded as the typer path words it (ikdata.cli._errors)
+        code = exit_code(exc, command)
+        if code is None:
             raise
-        _read.print_error(str(exc))
-        return exc.exit_code
-    except BrokenPipeError:  # the reader went away (``| head``): main() ends quietly
-        raise
-    except OSError as exc:
-        if os.environ.get("IKDATA_DEBUG"):
-            raise
-        from ikdata.core.errors import describe_os_error
-
-        _read.print_error(f"ikdata {command}: {describe_os_error(exc)}")
-        return 1
+        return code
 
 
 def _run(command: str, path: str, rest: list[str], options: dict) -> int:
