@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ikdata.core.errors import RemoteError, UsageError
 from ikdata.core.records import TensorRef
+from ikdata.core.status import Status
 
 DEFAULT_TASK_SIZE = 64
 DEFAULT_CACHE_BYTES = 4 << 30
@@ -212,7 +213,7 @@ def run_tasks(source: Source, tasks: list[_Task], *, on_case: Callable[[dict], N
                     reason = (f"the worker running this case died {task.deaths + 1} times "
                               f"({type(exc).__name__}); not retried again")
                     info.errors.append(f"{task.uuids[0]}: {reason}")
-                    on_case({"definition": task.definition, "uuid": task.uuids[0], "status": "error",
+                    on_case({"definition": task.definition, "uuid": task.uuids[0], "status": Status.ERROR,
                              "reason": reason, "error": str(exc)[-2000:], "seconds": 0.0})
                 else:
                     pending.append(_Task(task.definition, task.uuids, task.deaths + 1))
@@ -251,6 +252,7 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
     from ikdata.remote.url import is_url
     from ikdata.judging import families
     from ikdata.replay import runner
+    from ikdata.replay.api import Pending
 
     require_ray()
     location = str(location)
@@ -290,7 +292,7 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
                 if row.uuid in run.out.by_uuid:
                     continue
                 settled = runner._settle(run, row)
-                if isinstance(settled, runner._Pending):
+                if isinstance(settled, Pending):
                     to_send.append(row)
                 elif settled is not None:
                     record(settled)
@@ -361,14 +363,15 @@ def _worker_run(ds: Any, source: Source) -> Any:
     import torch
 
     from ikdata.replay import runner
+    from ikdata.replay.api import Run
     from ikdata.replay.reuse import ReuseCache
 
     device_kind, _ = runner._check_device(source.device)
     from ikdata.core.repeats import first_receipts
 
     receipts, seen = first_receipts(ds.receipts())
-    return runner._Run(ds, source.device, device_kind, str(torch.__version__), frozenset(source.trust), None,
-                       ReuseCache(None), False, receipts, repeats=seen)
+    return Run(ds, source.device, device_kind, str(torch.__version__), frozenset(source.trust), None,
+               ReuseCache(None), False, receipts, repeats=seen)
 
 
 def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[dict], int]:
@@ -389,7 +392,7 @@ def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[d
     for uuid in uuids:
         row = rows.get(uuid)
         if row is None:
-            cases.append({"definition": definition, "uuid": uuid, "status": "error", "seconds": 0.0,
+            cases.append({"definition": definition, "uuid": uuid, "status": Status.ERROR, "seconds": 0.0,
                           "reason": "the worker's copy of the dataset has no such workload"})
             continue
         if state.cache is not None:
@@ -400,7 +403,7 @@ def _run_task(source: Source, definition: str, uuids: list[str]) -> tuple[list[d
                     raise failed[0]
                 state.cache.ensure(needed)
             except RemoteError as exc:  # a damaged or missing remote blob: an error for this case only
-                cases.append({"definition": definition, "uuid": uuid, "axes": dict(row.axes), "status": "error",
+                cases.append({"definition": definition, "uuid": uuid, "axes": dict(row.axes), "status": Status.ERROR,
                               "reason": str(exc), "seconds": 0.0})
                 continue
         case = runner._replay_one(run, row)

@@ -19,6 +19,7 @@ import orjson
 from ikdata.core import jsonl, schema
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.store import write_atomic
+from ikdata.judging.cases import read_report
 
 FORMAT = "ikdata-replay/1"
 SEED_BESIDE = "results/ikdata-replay.json"  # ikdata's report in the seed layout, beside the seed's results/replay.json
@@ -84,21 +85,13 @@ def check_case(case: Any, *, path: str = "<case>") -> None:
 
 
 def load(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and schema-check a report (ikdata's or the seed's).
+    """Read and schema-check a report (ikdata's or the seed's), as its JSON document.
 
     Raises:
-        RecordError: the file is not JSON or does not fit ``report.schema.json``, naming each problem.
+        RecordError: the file is missing, not JSON or does not fit ``report.schema.json``, located
+            (:func:`ikdata.judging.cases.read_report`, the one reader).
     """
-    path = Path(path)
-    try:
-        report = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise RecordError(f"cannot read the replay report: {exc}; expected one JSON document", path=str(path)) from exc
-    problems = schema.check("report", report, path=str(path))
-    if problems:
-        raise RecordError("not a replay report: " + "; ".join(f"{p.pointer} {p.message}" for p in problems[:5]),
-                          path=str(path))
-    return report
+    return read_report(path).to_json()
 
 
 def journal_path(path: str | os.PathLike) -> Path:

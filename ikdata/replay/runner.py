@@ -13,28 +13,27 @@ workloads get no case, the report lists it under ``refused``).
 from __future__ import annotations
 
 import hashlib
-import linecache
-import os
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from ikdata.core.dataset import Dataset
-from ikdata.core.definitions import Definition, load_reference
-from ikdata.core.errors import DefinitionError, IkdataError, RecordError, UntrustedReference, UsageError
+from ikdata.core.definitions import Definition
+from ikdata.core.errors import DefinitionError, IkdataError, RecordError, UsageError
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
 from ikdata.core.repeats import Repeats, first_receipts
 from ikdata.judging import families
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
-from ikdata.replay.blobs import load_verified
+from ikdata.replay import api
+from ikdata.replay.api import Pending, Refusal, Run
 from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
-from ikdata.core.store import BlobStore, digest_from_path
+from ikdata.core.store import digest_from_path
 from ikdata.core.status import Status
 
 PASSED, FAILED, ERROR, SKIPPED = Status.PASSED, Status.FAILED, Status.ERROR, Status.SKIPPED
@@ -80,21 +79,6 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class Refusal:
-    """A definition whose reference may not run, and how many workloads that left unreplayed."""
-
-    definition: str
-    digest: str
-    source: str
-    workloads: int
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"definition": self.definition, "digest": self.digest, "source": self.source,
-                "workloads": self.workloads}
-
-
-@dataclass(frozen=True)
 class ReplayResult:
     """What a replay did: the report (as written), where, and the exit code it earns."""
 
@@ -119,29 +103,6 @@ class ReplayResult:
         found = summary_mod.summarize(self.report, report_path=self.report_path)
         found.update(resumed=self.resumed, problems=[str(p) for p in self.problems], exit_code=self.exit_code)
         return found
-
-
-@dataclass
-class _Run:
-    """The state of one replay call: trusted references, receipts, the report and the reuse cache."""
-
-    ds: Dataset
-    device: str
-    device_kind: str
-    torch_version: str
-    trusted_digests: frozenset[str]
-    out: report_mod.ReportFile
-    cache: ReuseCache
-    reuse: bool  # False: no lookups, and the cache file is neither read nor written
-    receipts: dict[str, Receipt]
-    references: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)  # definition -> why its reference cannot load
-    refused: dict[str, Refusal] = field(default_factory=dict)
-    repeats: Repeats = field(default_factory=Repeats)  # uuids whose receipts disagree (core.repeats)
-    conflicts: dict[str, str] = field(default_factory=dict)  # uuid -> why: two different rows share it
-
-    def __post_init__(self) -> None:
-        self.store = BlobStore(self.ds.root)
 
 
 def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | None = None,
@@ -208,7 +169,7 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
 
 def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,
            report_path: str | Path | None, trust: Iterable[str], reuse: bool,
-           cache_path: str | Path | None) -> tuple[_Run, list[WorkloadRow], int]:
+           cache_path: str | Path | None) -> tuple[Run, list[WorkloadRow], int]:
     """Check the device, select the workloads, open (or resume) the report and the reuse cache."""
     seen_problems = len(ds.problems)
     device_kind, device_name = _check_device(device)
@@ -220,14 +181,14 @@ def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard
                               tolerances=tolerances.table(), shard=str(shard) if shard else None)
     out = (report_mod.ReportFile.resume if resume else report_mod.ReportFile.start)(report_path, fresh)
     receipts, seen = first_receipts(ds.receipts())
-    run = _Run(ds, device, device_kind, str(torch.__version__),
+    run = Run(ds, device, device_kind, str(torch.__version__),
                frozenset(trust), out,  # exact template instances are in ds.trusted_definitions
                ReuseCache.open(cache_path or default_cache_path()) if reuse else ReuseCache(None), reuse,
                receipts, repeats=seen, conflicts=conflicts)
     return run, rows, seen_problems
 
 
-def _finish(run: _Run, seen_problems: int, resumed: int) -> ReplayResult:
+def _finish(run: Run, seen_problems: int, resumed: int) -> ReplayResult:
     """Close the report (refusals listed) and say what could not be read."""
     ds = run.ds
     report = run.out.finish(r.to_dict() for r in run.refused.values())
@@ -291,67 +252,15 @@ def _select(ds: Dataset, names: Iterable[str] | None, shard: Shard | None,
     return sorted(rows.values(), key=lambda r: (r.definition, r.uuid))
 
 
-def _reference(run: _Run, definition: Definition, row: WorkloadRow) -> Callable[..., Any] | None:
-    """The definition's ``run``, loaded once; None when it is refused (recorded in ``run.refused``)."""
-    name = definition.name
-    if name in run.references:
-        return run.references[name]
-    if name in run.refused:
-        refusal = run.refused[name]
-        run.refused[name] = Refusal(name, refusal.digest, refusal.source, refusal.workloads + 1, refusal.message)
-        return None
-    if name in run.failures:
-        raise DefinitionError(run.failures[name], definition=name)
-    try:
-        reference = load_reference(definition, trusted_digests=run.trusted_digests,
-                                   trusted_definitions=run.ds.trusted_definitions)
-    except UntrustedReference as exc:
-        run.refused[name] = Refusal(name, exc.digest, exc.source, 1, str(exc))
-        return None
-    except DefinitionError as exc:
-        run.failures[name] = str(exc).removeprefix(f"{name}: ")
-        raise
-    # Let tracebacks of the reference show its source lines (it was compiled from a string).
-    filename = f"<reference {name}>"
-    linecache.cache[filename] = (len(definition.reference), None, definition.reference.splitlines(True), filename)
-    run.references[name] = reference
-    return reference
-
-
-def _load_tensor(run: _Run, ref: TensorRef, where: str) -> tuple[torch.Tensor, str]:
-    """Check the path by the path rule, then verify and load the blob onto the device; what was
-    verified is noted (file identity taken before the read) for later reuse."""
-    path = run.ds.paths.resolve(ref.path, where=where)
-    try:
-        before = os.stat(path)
-    except OSError:
-        before = None  # load_verified names the missing blob
-    tensor, digest = load_verified(run.store, path, ref, device=run.device)
-    if before is not None and digest == digest_from_path(ref.path):
-        run.cache.note_verified(before, digest)
-    return tensor, digest
-
-
-@dataclass
-class _Pending:
-    """A case that passed every check that needs no tensor, and must now run."""
-
-    case: dict[str, Any]
-    definition: Definition
-    reference: Callable[..., Any]
-    receipt: Receipt
-    started: float
-
-
-def _replay_one(run: _Run, row: WorkloadRow) -> dict[str, Any] | None:
+def _replay_one(run: Run, row: WorkloadRow) -> dict[str, Any] | None:
     """Judge one workload: the case as recorded, or None when its reference is refused."""
     settled = _settle(run, row)
-    return _execute(run, row, settled) if isinstance(settled, _Pending) else settled
+    return _execute(run, row, settled) if isinstance(settled, Pending) else settled
 
 
-def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
+def _settle(run: Run, row: WorkloadRow) -> dict[str, Any] | Pending | None:
     """Everything decided without loading a tensor: skipped, refused (None), an error of the
-    definition, a reused verdict, or what must run (:class:`_Pending`). A Ray driver settles
+    definition, a reused verdict, or what must run (:class:`Pending`). A Ray driver settles
     here and sends only the pending cases to workers."""
     started = time.perf_counter()
     case: dict[str, Any] = {"definition": row.definition, "uuid": row.uuid, "axes": dict(row.axes)}
@@ -380,7 +289,7 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
         if definition is None:
             raise DefinitionError(f"no definition named {row.definition!r} in {run.ds.root}/definitions or the "
                                   "--definitions folders; add it, or name its folder with --definitions")
-        reference = _reference(run, definition, row)
+        reference = api.reference(run, definition, row)
         if reference is None:
             return None
         case.update(device=run.device, torch=run.torch_version, reference_digest=definition.reference_digest)
@@ -394,10 +303,10 @@ def _settle(run: _Run, row: WorkloadRow) -> dict[str, Any] | _Pending | None:
         case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
                     seconds=time.perf_counter() - started)
         return case
-    return _Pending(case, definition, reference, receipt, started)
+    return Pending(case, definition, reference, receipt, started)
 
 
-def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:
+def _execute(run: Run, row: WorkloadRow, pending: Pending) -> dict[str, Any]:
     """Load the verified inputs and expected outputs, run the reference, judge every output."""
     case, definition, reference, receipt, started = (pending.case, pending.definition, pending.reference,
                                                      pending.receipt, pending.started)
@@ -410,13 +319,13 @@ def _execute(run: _Run, row: WorkloadRow, pending: _Pending) -> dict[str, Any]:
                         seconds=time.perf_counter() - started)
             return case
     try:
-        inputs, case["input_digests"] = _load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
-        expected, case["expected_digests"] = _load_all(run, definition.outputs, receipt.expected_output,
+        inputs, case["input_digests"] = api.load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+        expected, case["expected_digests"] = api.load_all(run, definition.outputs, receipt.expected_output,
                                                        f"{receipt.source}:{receipt.line}")
         _check_shapes(definition, row, receipt, inputs, expected)
         with torch.inference_mode():  # positionally, in the definition's order, as flashinfer-bench calls it
             returned = reference(*[inputs[n] for n in definition.inputs])
-        outputs = _name_outputs(definition, returned)
+        outputs = api.name_outputs(definition, returned)
         verdicts = {}
         for name, spec in definition.outputs.items():
             actual, wanted = outputs[name], expected[name]
@@ -471,42 +380,7 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, IkdataError) else text
 
 
-def _load_all(run: _Run, specs: Mapping[str, Any], descriptors: Mapping[str, Any],
-              where: str) -> tuple[dict[str, Any], dict[str, str]]:
-    missing = [n for n in specs if n not in descriptors]
-    if missing:
-        raise RecordError(f"no descriptor for {missing}; the definition needs {list(specs)}", path=where)
-    values, digests = {}, {}
-    for name in specs:
-        descriptor = descriptors[name]
-        if isinstance(descriptor, Scalar):
-            values[name] = descriptor.value
-        elif isinstance(descriptor, TensorRef):
-            values[name], digests[name] = _load_tensor(run, descriptor, where)
-        else:
-            raise RecordError(f"{name!r} is a 'random' input, which has no data to replay", path=where)
-    return values, digests
-
-
-load_all = _load_all  # the verified loads of a case's tensors, for families that judge a case themselves
-
-
-def _name_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
-    """Map what ``run`` returned to output names: one value, a tuple/list in order, or a dict by name."""
-    names = list(definition.outputs)
-    if isinstance(returned, Mapping):
-        if set(returned) != set(names):
-            raise DefinitionError(f"the reference returned outputs {sorted(returned)}, the definition declares "
-                                  f"{names}", definition=definition.name)
-        return dict(returned)
-    values = list(returned) if isinstance(returned, (tuple, list)) else [returned]
-    if len(values) != len(names):
-        raise DefinitionError(f"the reference returned {len(values)} outputs, the definition declares "
-                              f"{len(names)} ({', '.join(names)})", definition=definition.name)
-    return dict(zip(names, values))
-
-
-def _lookup_reuse(run: _Run, definition: Definition, row: WorkloadRow, receipt: Receipt,
+def _lookup_reuse(run: Run, definition: Definition, row: WorkloadRow, receipt: Receipt,
                   case: dict[str, Any]) -> dict[str, Any] | None:
     """Compute the case's reuse key from the blob names (no reads) and look it up."""
     input_digests, scalars = {}, {}
@@ -539,6 +413,10 @@ def _lookup_reuse(run: _Run, definition: Definition, row: WorkloadRow, receipt: 
             if not run.cache.confirm(run.ds.root / descriptor.path, digest_from_path(descriptor.path)):
                 return None
     return earlier
+
+
+# the names tools and older callers used before the family interface moved to ikdata.replay.api
+_Run, _Pending, _load_tensor, _reference, _name_outputs = Run, Pending, api.load_tensor, api.reference, api.name_outputs
 
 
 __all__ = ["ERROR", "FAILED", "PASSED", "Progress", "Refusal", "ReplayResult", "SKIPPED", "Shard", "replay"]

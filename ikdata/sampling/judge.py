@@ -182,7 +182,7 @@ def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[s
 
 def execute_case(run: Any, row: Any, pending: Any) -> dict[str, Any]:
     """The sampling family's judge of one case (:mod:`ikdata.judging.families`)."""
-    from ikdata.replay.runner import load_all
+    from ikdata.replay.api import load_all
 
     return execute(run, row, pending, load_all)
 

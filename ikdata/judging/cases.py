@@ -1,0 +1,270 @@
+"""A replay report as types: its :class:`Case` list, each family's :class:`Group` verdicts, the :class:`Report`;
+and :func:`read_report`, the one reader every path uses (torch-free).
+
+The report file stays the JSON document ``schemas/report.schema.json`` describes: a type is made from it
+where the file is read (:func:`read_report`, :meth:`Report.from_json`) and turned back where it is written
+(:meth:`Report.to_json`), and the JSON it gives back is the JSON it was made from, key for key and in the
+same order, so rewriting a report changes no byte. Fields this version does not know are kept as written.
+
+A family's own record in a case (the sampling judge's ``"sampling"``, a trajectory's ``"trajectory"``) is
+kept whole in :attr:`Case.records`; a family's group verdicts (the pooled sampling tests) are the report's
+top-level list named as the family is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ikdata.core.errors import RecordError
+from ikdata.core.status import Status
+
+# The fields every case may carry, in the order a case built by replay writes them; any other key is a
+# family's record (or a field of a later version) and goes to Case.records.
+CASE_FIELDS = ("definition", "uuid", "axes", "status", "reason", "error", "seconds", "reused", "device", "torch",
+               "reference_digest", "reuse_key", "input_digests", "expected_digests", "chosen_by", "metrics",
+               "tolerance", "max_absolute_errors", "state_comparison")
+TOO_SMALL = "too_small"  # a group verdict no test had the power to reach
+
+
+@dataclass(frozen=True)
+class Case:
+    """What replay decided for one workload.
+
+    Attributes:
+        definition: the definition (or ``trajectory:<pipeline>``) judged.
+        uuid: the workload's uuid (a trajectory's id).
+        status: passed, failed, error or skipped.
+        axes: the workload's axes.
+        reason: why it did not pass (or why it was skipped).
+        error: the traceback of an ``error``.
+        seconds: how long it took.
+        reused: the verdict was taken from an identical case judged before.
+        device, torch, reference_digest, reuse_key: what judged it.
+        input_digests, expected_digests: the exact bytes judged (tensor digests by name).
+        chosen_by, metrics, tolerance: per output, the rule chosen, what was measured and the bound.
+        max_absolute_errors, state_comparison: the seed capture script's fields, kept as written.
+        records: a family's own record by its key (``"sampling"``, ``"trajectory"``), and any field this
+            version does not know.
+        order: the keys in the order they were written, so :meth:`to_json` gives the same document back.
+    """
+
+    definition: str
+    uuid: str
+    status: Status
+    axes: Mapping[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+    reused: bool | None = None
+    device: str | None = None
+    torch: str | None = None
+    reference_digest: str | None = None
+    reuse_key: str | None = None
+    input_digests: Mapping[str, str] | None = None
+    expected_digests: Mapping[str, str] | None = None
+    chosen_by: Mapping[str, str] | None = None
+    metrics: Mapping[str, Any] | None = None
+    tolerance: Mapping[str, Any] | None = None
+    max_absolute_errors: list[Any] | None = None
+    state_comparison: Mapping[str, Any] | None = None
+    records: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "<case>", pointer: str = "") -> Case:
+        """A case from its JSON object.
+
+        Raises:
+            RecordError: not an object, or a required field (definition, uuid, status) missing or of the wrong
+                type, located at ``path`` and the field's JSON pointer.
+        """
+        if not isinstance(data, Mapping):
+            raise RecordError(f"a case must be a JSON object, got {type(data).__name__}", path=path,
+                              pointer=pointer or None)
+        for name in ("definition", "uuid"):
+            if not isinstance(data.get(name), str):
+                raise RecordError(f"expected a string, got {data.get(name)!r}", path=path, pointer=f"{pointer}/{name}")
+        status = Status.parse(data.get("status"))
+        if status is None:
+            raise RecordError(f"expected one of {', '.join(Status)}, got {data.get('status')!r}", path=path,
+                              pointer=f"{pointer}/status")
+        known = {k: data[k] for k in CASE_FIELDS if k in data}
+        known["status"] = status
+        return cls(**known, records={k: v for k, v in data.items() if k not in CASE_FIELDS}, order=tuple(data))
+
+    def to_json(self) -> dict[str, Any]:
+        """The case as its JSON object: the keys it was read with, in their order, then any set since."""
+        found: dict[str, Any] = {}
+        for key in (*self.order, *CASE_FIELDS, *self.records):
+            if key in found:
+                continue
+            value = self.records[key] if key in self.records else getattr(self, key)
+            written = key in self.order or key in self.records
+            if written or (value is not None and (key != "axes" or value or not self.order)):
+                found[key] = value  # axes: always in a case built here, as read in one read
+        return found
+
+    def record(self, name: str) -> Any:
+        """A family's record in the case (``"sampling"``, ``"trajectory"``), or None."""
+        return self.records.get(name)
+
+    def with_(self, **changes: Any) -> Case:
+        """A copy with ``changes`` (a case is never changed in place)."""
+        return replace(self, **changes)
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+
+@dataclass(frozen=True)
+class Group:
+    """One group verdict of a family: a decision over many cases of one definition (the pooled sampling tests).
+
+    Attributes:
+        definition: the definition whose cases were decided together.
+        verdict: passed, failed, or ``too_small`` (no test had the power to decide).
+        not_judged: what could not be judged, and what it would need.
+        fields: the whole group as written (its tests, alpha, counts ...), kept for :meth:`to_json`.
+    """
+
+    definition: str
+    verdict: str
+    not_judged: tuple[str, ...] = ()
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "<report>", pointer: str = "") -> Group:
+        """A group from its JSON object.
+
+        Raises:
+            RecordError: not an object, or without a definition string, located.
+        """
+        if not isinstance(data, Mapping):
+            raise RecordError(f"a group must be a JSON object, got {type(data).__name__}", path=path,
+                              pointer=pointer or None)
+        if not isinstance(data.get("definition"), str):
+            raise RecordError(f"expected a string, got {data.get('definition')!r}", path=path,
+                              pointer=f"{pointer}/definition")
+        return cls(data["definition"], str(data.get("verdict")), tuple(str(w) for w in data.get("not_judged") or ()),
+                   dict(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.fields)
+
+    def reasons_not_judged(self) -> list[str]:
+        """Why no power is claimed here (empty when the verdict was reached)."""
+        if self.not_judged:
+            return list(self.not_judged)
+        return ["too few draws to judge"] if self.verdict == TOO_SMALL else []
+
+
+@dataclass(frozen=True)
+class Report:
+    """A replay report: what judged (the header), every case, and each family's group verdicts.
+
+    Attributes:
+        header: every top-level field but the cases and the groups (format, torch, device, tolerances, shard,
+            refused, times ...), as written.
+        cases: the cases, in the report's order.
+        groups: family name -> its group verdicts (only the families that wrote any).
+        order: the top-level keys in the order they were written.
+    """
+
+    header: Mapping[str, Any]
+    cases: tuple[Case, ...] = ()
+    groups: Mapping[str, tuple[Group, ...]] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str = "<report>", families: Iterable[str] | None = None) -> Report:
+        """A report from its JSON document; ``families`` are the names whose top-level lists are group
+        verdicts (default: every declared family).
+
+        Raises:
+            RecordError: located at ``path`` and the JSON pointer of the first bad field.
+        """
+        if not isinstance(data, Mapping):
+            raise RecordError(f"a replay report must be a JSON object, got {type(data).__name__}", path=path)
+        cases = data.get("cases")
+        if not isinstance(cases, list):
+            raise RecordError(f"expected a list of cases, got {type(cases).__name__}", path=path, pointer="/cases")
+        names = set(_family_names() if families is None else families)
+        groups = {name: tuple(Group.from_json(g, path=path, pointer=f"/{name}/{i}") for i, g in enumerate(found))
+                  for name, found in data.items() if name in names and isinstance(found, list)}
+        header = {k: v for k, v in data.items() if k != "cases" and k not in groups}
+        return cls(header, tuple(Case.from_json(c, path=path, pointer=f"/cases/{i}") for i, c in enumerate(cases)),
+                   groups, tuple(data))
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as its JSON document, key for key as it was read."""
+        found: dict[str, Any] = {}
+        for key in (*self.order, *self.header, "cases", *self.groups):
+            if key in found:
+                continue
+            if key == "cases":
+                found[key] = [c.to_json() for c in self.cases]
+            elif key in self.groups:
+                found[key] = [g.to_json() for g in self.groups[key]]
+            elif key in self.header:
+                found[key] = self.header[key]
+        return found
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A header field (``device``, ``torch``, ``shard``, ``refused`` ...)."""
+        return self.header.get(key, default)
+
+    def case(self, uuid: str) -> Case | None:
+        """The case of workload ``uuid``, or None."""
+        return next((c for c in self.cases if c.uuid == uuid), None)
+
+    def counts(self) -> dict[str, int]:
+        """Cases by status (every status named), and how many were reused."""
+        found = {str(s): 0 for s in Status}
+        for case in self.cases:
+            found[case.status] += 1
+        found["reused"] = sum(1 for c in self.cases if c.reused)
+        return found
+
+    def not_judged(self) -> list[str]:
+        """Group verdicts with no power: each "definition: why, and what it would need"."""
+        return [f"{g.definition}: {why}" for groups in self.groups.values() for g in groups
+                for why in g.reasons_not_judged()]
+
+
+def _family_names() -> tuple[str, ...]:
+    from ikdata.judging.families import FAMILIES
+
+    return tuple(f.name for f in FAMILIES)
+
+
+def read_report(path: str | os.PathLike) -> Report:
+    """Read and check a replay report (ikdata's or the seed capture script's): the one reader every path uses.
+
+    Raises:
+        RecordError: no file there, not JSON, or not a replay report, naming the file and the JSON pointer
+            of the first problem (and up to four more).
+    """
+    import orjson
+
+    from ikdata.core import schema
+
+    path = Path(path)
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise RecordError("no replay report here; run 'ikdata replay' on the dataset first", path=str(path)) from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RecordError(f"cannot read the replay report: {exc}; expected one JSON document",
+                          path=str(path)) from exc
+    problems = schema.check("report", data, path=str(path))
+    if problems:
+        raise RecordError("not a replay report: " + "; ".join(f"{p.pointer} {p.message}" for p in problems[:5]),
+                          path=str(path), pointer=problems[0].pointer or None)
+    return Report.from_json(data, path=str(path))
+
+
+__all__ = ["CASE_FIELDS", "Case", "Group", "Report", "TOO_SMALL", "read_report"]
