@@ -75,7 +75,6 @@ def run(command: str, args: list[str]) -> int | None:
     if parsed is None:
         return None
     positionals, options = parsed
-    from ikdata.cli._errors import exit_code
     from ikdata.core.errors import IkdataError
 
     try:
@@ -90,6 +89,8 @@ def run(command: str, args: list[str]) -> int | None:
             return None  # the same
         return _run(command, path, positionals[1:], options)
     except (IkdataError, OSError) as exc:  # worded as the typer path words it (ikdata.cli._errors)
+        from ikdata.cli._errors import exit_code  # here: a command that succeeds loads no more modules
+
         code = exit_code(exc, command)
         if code is None:
             raise

@@ -484,12 +484,10 @@ def _tail_digest(path: Path, end: int) -> str:
 # -- whose index it is ---------------------------------------------------------------------------
 
 def key_path() -> Path:
-    """``$IKDATA_CACHE_DIR/index-key``, else under ``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``."""
-    folder = os.environ.get("IKDATA_CACHE_DIR")
-    if not folder:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "ikdata")
-    return Path(folder) / KEY_FILE
+    """``index-key`` in the per-user cache folder (:func:`ikdata.core.cache_dir.user_cache_dir`)."""
+    from ikdata.core.cache_dir import user_cache_dir  # here: a read that needs no key loads no more modules
+
+    return user_cache_dir() / KEY_FILE
 
 
 _keys: dict[str, bytes] = {}

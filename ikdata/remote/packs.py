@@ -29,6 +29,7 @@ from typing import Iterable
 
 import orjson
 
+from ikdata.core.cache_dir import user_cache_dir
 from ikdata.core.digest import tensor_digest
 from ikdata.core.faults import checkpoint
 from ikdata.core.packs import (INDEX_SUFFIX, PACK_DIR, PACK_SUFFIX, PackedBlob, PackError, PackItem, index_blobs, index_from_pack,
@@ -42,16 +43,6 @@ PACKS_PREFIX = PACK_DIR + "/"
 RANGE_GAP = 1 << 20  # members closer than this are read in one range: a few extra bytes cost less than a request
 RANGE_MAX = 64 << 20  # the most bytes one range request asks for
 WHOLE_FRACTION = 0.5  # at least this share of a pack's bytes wanted: fetch the whole pack
-
-
-def cache_dir() -> Path:
-    """Where per-user remote caches live: ``$IKDATA_CACHE_DIR``, else ``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``
-    (the folder of replay's reuse cache)."""
-    folder = os.environ.get("IKDATA_CACHE_DIR")
-    if not folder:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "ikdata")
-    return Path(folder)
 
 
 CACHE_FORMAT = "ikdata-remote-index-cache/1"
@@ -71,7 +62,7 @@ class IndexCache:
     """
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.root = (folder or cache_dir()) / "pack-indexes"
+        self.root = (folder or user_cache_dir()) / "pack-indexes"
         self.ignored: dict[str, str] = {}  # cache entry path -> why it was not used
 
     def _entry(self, backend: Backend, rel: str) -> Path | None:
@@ -146,7 +137,7 @@ class ChecksumCache:
     _lock = threading.Lock()
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.path = (folder or cache_dir()) / "object-checksums.jsonl"
+        self.path = (folder or user_cache_dir()) / "object-checksums.jsonl"
         self.known: dict[str, tuple[str, str]] = {}
         self._new: list[tuple[str, str, str]] = []
         try:
@@ -491,5 +482,5 @@ def loose_placeholder(member: PackedBlob) -> bytes:
 
 
 __all__ = ["ChecksumCache", "IndexCache", "Landed", "PACKS_PREFIX", "RANGE_GAP", "RemotePack", "RemotePacks",
-           "build_packs", "cache_dir", "fetch_members", "find_remote_packs", "hashes_of", "loose_placeholder",
+           "build_packs", "fetch_members", "find_remote_packs", "hashes_of", "loose_placeholder",
            "pack_digest", "plan_ranges"]
