@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ikdata.core import features
+from ikdata.core.status import Status
 from ikdata.core.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
                                       tolerance_for)
 
@@ -70,6 +72,9 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
             definition: Definition | None = None) -> list[str]:
     """The reasons a case's "passed" cannot be trusted; an empty list is a trustworthy pass.
 
+    A case a family judges its own way (a trajectory, pooled sampling draws) is re-checked by that family's
+    declared ``recheck`` hook; every other case output by output (:func:`recheck_outputs`).
+
     Checks: the status is "passed"; metrics and a tolerance are recorded for every
     output (and the outputs agree with ``expected_digests`` and the definition);
     no tolerance is looser than ikdata's default table for its dtype, or than the
@@ -91,14 +96,26 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
     Example:
         >>> [c["uuid"] for c in report["cases"] if not recheck(c, report)]
     """
-    reasons: list[str] = []
-    if isinstance(case.get("trajectory"), Mapping):  # a diffusion trajectory or one of its denoiser steps
-        from ikdata.diffusion.verdicts import recheck as recheck_trajectory
+    for family in features.families():  # a family's own cases (trajectories, pooled draws) are its to re-check
+        hook = family.hook("recheck")
+        found = hook(case, report, definition) if hook is not None else None
+        if found is not None:
+            return found
+    return recheck_outputs(case, definition)
 
-        return recheck_trajectory(case)
+
+def recheck_outputs(case: Mapping[str, Any], definition: Definition | None = None, *,
+                    judged: Callable[[str, Mapping[str, Any], Mapping[str, Any]], list[str] | None] | None = None
+                    ) -> list[str]:
+    """The reasons a case judged output by output cannot be trusted (:func:`recheck` less the families).
+
+    ``judged(output, tolerance, metrics)`` lets a family re-check the outputs its own judge decided (the
+    reasons, or None for an output judged as any other).
+    """
+    reasons: list[str] = []
     status = case.get("status")
-    if status != "passed":
-        reasons.append(f"status is {status!r}, not 'passed'")
+    if status != Status.PASSED:
+        reasons.append(f"status is {status!r}, not {Status.PASSED!r}")
         return reasons
     metrics = case.get("metrics")
     tolerance = case.get("tolerance")
@@ -124,10 +141,9 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
         if not isinstance(spec, Mapping) or not isinstance(found, Mapping):
             reasons.append(f"{output}: tolerance or metrics missing")
             continue
-        if spec.get("judge") == "sampling":  # statistical: recomputed from the report's cases (docs/sampling.md)
-            from ikdata.sampling.groups import recheck_case
-
-            reasons += [f"{output}: {r}" for r in recheck_case(case, report, spec, found, definition)]
+        own = judged(output, spec, found) if judged is not None else None
+        if own is not None:  # a family's judge (statistical: recomputed from the report's cases)
+            reasons += [f"{output}: {r}" for r in own]
         elif "judge" in spec:
             reasons += [f"{output}: {r}" for r in _recheck_judge(output, spec, found, definition)]
         else:
@@ -322,5 +338,5 @@ def expand_validation(root: Any, validation: Mapping[str, Any]) -> dict[str, Any
     return merged
 
 
-__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "cross_check", "expand_validation", "recheck",
+__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "cross_check", "expand_validation", "recheck", "recheck_outputs",
            "share_validation", "shared_path", "tensor_stats"]

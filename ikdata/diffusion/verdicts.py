@@ -153,8 +153,11 @@ def _fmt(value: Any) -> str:
     return "inf" if value == math.inf else (f"{value:.3g}" if isinstance(value, (int, float)) else str(value))
 
 
-def recheck(case: Mapping[str, Any]) -> list[str]:
-    """Why a trajectory case's "passed" cannot be trusted (empty: a trustworthy pass).
+def recheck(case: Mapping[str, Any], report: Mapping[str, Any] | None = None,
+            definition: Any = None) -> list[str] | None:
+    """The diffusion family's re-check of a report case (:func:`ikdata.core.verdicts.recheck`): why a
+    trajectory's (or one of its denoiser steps') "passed" cannot be trusted, empty for a trustworthy pass;
+    None when the case holds no trajectory measurements (not the family's).
 
     Recomputes the verdict from the recorded measurements, and refuses bounds looser than the
     defaults (k, eps, PSNR and SNR thresholds, chain bounds).
@@ -162,7 +165,7 @@ def recheck(case: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     measures = case.get("trajectory")
     if not isinstance(measures, Mapping):
-        return ["no trajectory measurements recorded"]
+        return None
     if case.get("status") != Status.PASSED:
         return [f"status is {case.get('status')!r}, not 'passed'"]
     try:

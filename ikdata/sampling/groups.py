@@ -394,5 +394,24 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
     return reasons
 
 
+def recheck(case: Mapping[str, Any], report: Mapping[str, Any], definition: Any = None) -> list[str] | None:
+    """The sampling family's re-check of a report case (:func:`ikdata.core.verdicts.recheck`): why its "passed"
+    cannot be trusted (empty: it can); None when no output of the case was judged by the sampling judge.
+
+    The case's common facts (status, metrics and tolerance per output, the definition's outputs and
+    reference) are checked as for any case; each sampling output by :func:`recheck_case`.
+    """
+    if not is_sampling_case(case):
+        return None
+    from ikdata.core.verdicts import recheck_outputs
+
+    def judged(output: str, spec: Mapping[str, Any], found: Mapping[str, Any]) -> list[str] | None:
+        if spec.get("judge") != JUDGE:
+            return None
+        return recheck_case(case, report, spec, found, definition)
+
+    return recheck_outputs(case, definition, judged=judged)
+
+
 __all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "pit_draws_needed",
-           "processor_lines", "processors_note", "recheck_case", "rejects", "tv_draws_needed"]
+           "processor_lines", "processors_note", "recheck", "recheck_case", "rejects", "tv_draws_needed"]
