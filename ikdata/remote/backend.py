@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 import orjson
 
 from ikdata.core import schema
+from ikdata.core.digest import file_prefix_digest
 from ikdata.core.errors import RemoteError, UsageError
 from ikdata.core.locking import REMOTE_MARKER, REMOTE_MARKER_FORMAT
 from ikdata.core.paths import record_path_refusal
@@ -387,14 +388,10 @@ class FsspecBackend(Backend):
 
     def _file_intact(self, item: Relied) -> bool:
         """Whether a small file of a folder remote still has the sha256 its name says."""
-        digest = hashlib.sha256()
         try:
-            with open(self._path(item.rel), "rb") as stream:
-                for chunk in iter(lambda: stream.read(1 << 20), b""):
-                    digest.update(chunk)
+            return file_prefix_digest(self._path(item.rel))[1] == item.content_sha256
         except OSError:
             return False
-        return digest.hexdigest() == item.content_sha256
 
     def upload(self, items: Sequence[Upload], *, jobs: int = DEFAULT_JOBS,
                progress: ProgressCallback | None = None) -> None:

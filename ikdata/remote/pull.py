@@ -23,6 +23,7 @@ from typing import Any
 
 from ikdata.core import manifest as manifest_mod
 from ikdata.core.dataset import IKDATA, Dataset
+from ikdata.core.digest import file_prefix_digest
 from ikdata.core.errors import RemoteError, UsageError
 from ikdata.core.manifest import dataset_id
 from ikdata.remote.backend import BLOB_PREFIX, Backend, file_object
@@ -118,7 +119,7 @@ def fetch_files(backend: Backend, manifest: dict[str, Any], target: Path, *, job
     todo = []
     for path, digest in sorted(manifest["files"].items()):  # paths checked by parse_remote_manifest
         dest = target / path
-        if dest.is_file() and _sha256(dest) == digest:
+        if dest.is_file() and file_prefix_digest(dest)[1] == digest:
             continue
         todo.append((path, digest))
     if listed is None:
@@ -415,11 +416,6 @@ def pull(url: str, dest: str | os.PathLike, *, options: RemoteOptions | None = N
                       snap.bytes_fetched, snap.blobs_present, snap.files_fetched, len(result.added),
                       result.rejudged.statement() if result.rejudged is not None else None,
                       cache_ignored=snap.cache_ignored)
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _names(items: list[str]) -> str:
