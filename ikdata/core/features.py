@@ -128,6 +128,9 @@ class Source:
             library a program calls.
         importer: reads a folder of the source's own format for ``ikdata import`` (FlashInfer's dumps), or None.
         trusts: the dataset definitions converted from the source's installed templates that replay may trust.
+        models: the modules (each with its submodules) whose ``nn.Module`` classes are the source's models: a
+            call inside such a model, with no serving engine loaded, ran in this source (``transformers``, and
+            ``transformers_modules`` for a hub model's own code).
     """
 
     name: str
@@ -137,6 +140,7 @@ class Source:
     engine: bool = False
     importer: str | None = None
     trusts: str | None = None
+    models: tuple[str, ...] = ()
 
     def loaded(self) -> bool:
         """Whether the source's module is imported in this process."""

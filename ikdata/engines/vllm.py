@@ -30,10 +30,10 @@ import functools
 import math
 from typing import Any, Callable
 
+from ikdata.capture.sources import declared_by
 from ikdata.engines.sampler_rows import TEMPLATE as SAMPLER_TEMPLATE
 from ikdata.engines.sampler_rows import RowSettings, SampledRow, record_row
 
-ORDER = "vllm"
 SAMPLER_OPERATION = "vllm.v1.sample.sampler.Sampler.forward"
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
@@ -49,13 +49,18 @@ _WATCH: dict[str, str] = {
 }
 
 
+def _vllm() -> Any:
+    """vLLM's declaration (:mod:`ikdata.engines.feature`): its name in receipts, its sampler's cut order."""
+    return declared_by(__name__)
+
+
 def _short(dtype: Any) -> str | None:
     return _SHORT.get(str(dtype).replace("torch.", ""))
 
 
 def _skip(cap: Any, reason: str, count: int = 1) -> None:
     """A call or row seen and not recorded: counted under its reason (the capture summary names it)."""
-    key = f"vllm: {reason}"
+    key = f"{_vllm().name}: {reason}"
     cap.refused[key] = cap.refused.get(key, 0) + count
 
 
@@ -188,7 +193,8 @@ def _record_rows(cap: Any, runner: Any, pending: tuple[list[tuple[int, SampledRo
     drawn = out.sampled_token_ids[:, 0].to("cpu").tolist()
     facts = _model_facts(cap, runner)
     for slot, (index, row) in enumerate(rows):
-        record_row(cap, logits[slot], row, drawn[index], operation=SAMPLER_OPERATION, order=ORDER, provenance=facts)
+        record_row(cap, logits[slot], row, drawn[index], operation=SAMPLER_OPERATION, order=_vllm().order,
+                   provenance=facts)
 
 
 @functools.lru_cache(maxsize=8)
@@ -216,10 +222,9 @@ def _model_facts(cap: Any, runner: Any) -> dict[str, Any]:
     """Engine, version, model folder and its digest (also as ``model_revision``, which lineage shows: a local
     folder has no hub revision, its content is its revision); what the user gave (--model, --model-revision,
     --engine) is kept."""
-    from ikdata.core.features import source
-
     path = str(getattr(getattr(runner, "model_config", None), "model", "") or "")
-    facts: dict[str, Any] = {"engine": "vllm", "engine_version": source("vllm").version()}
+    engine = _vllm()
+    facts: dict[str, Any] = {"engine": engine.name, "engine_version": engine.version()}
     if path:
         facts.update(_folder_facts(path))
     if facts.get("model_digest"):
@@ -506,27 +511,12 @@ def _record_attention(cap: Any, impl: Any, query: Any, key: Any, value: Any, kv_
 
 
 def install(cap: Any) -> None:
-    """Patch each vLLM module now if it is loaded, else right after the program imports it."""
-    import sys
-
-    import ikdata_boot
+    """Patch each vLLM module now if it is loaded, else right after the program imports it (for the capturer
+    active then: :func:`ikdata.capture.running.when_imported`)."""
+    from ikdata.capture.running import when_imported
 
     for name, patch in _WATCH.items():
-        if name in sys.modules:
-            globals()[patch](cap, sys.modules[name])
-        else:
-            ikdata_boot.watch(functools.partial(_patch_when_imported, name, patch), name)
+        when_imported(name, cap, globals()[patch])
 
 
-def _patch_when_imported(name: str, patch: str) -> None:
-    """When a vLLM module loads: patch it for the capturer installed then, if any (never a stale one)."""
-    import sys
-
-    from ikdata.capture import boot
-
-    cap = boot.current()
-    if cap is not None and name in sys.modules:
-        globals()[patch](cap, sys.modules[name])
-
-
-__all__ = ["ORDER", "SAMPLER_OPERATION", "external_id", "install", "settings_of"]
+__all__ = ["SAMPLER_OPERATION", "external_id", "install", "settings_of"]

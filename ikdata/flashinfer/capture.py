@@ -26,9 +26,6 @@ WATCHED = "flashinfer.api_logging"
 _ORIGINAL = "__ikdata_original__"
 
 
-_pending: Any = None  # the capturer waiting for FlashInfer's recorder module to load
-
-
 def selected(func_name: str) -> bool:
     """FlashInfer's include/exclude rule (``api_logging._should_dump_function``), read from the environment."""
     include = [p.strip() for p in os.environ.get("FLASHINFER_DUMP_INCLUDE", "").split(",") if p.strip()]
@@ -39,34 +36,21 @@ def selected(func_name: str) -> bool:
 
 
 def install(cap: Any) -> None:
-    """Capture FlashInfer's decorated APIs: patch now if its recorder is loaded, else when it loads."""
+    """Capture FlashInfer's decorated APIs: patch now if its recorder is loaded, else when it loads (for the
+    capturer active then: :func:`ikdata.capture.running.when_imported`)."""
+    from ikdata.capture.running import when_imported
     from ikdata.flashinfer import loader
 
-    if not loader.available():
-        return
-    if WATCHED in sys.modules:
-        _patch(cap, sys.modules[WATCHED])
-        return
-    import ikdata_boot
-
-    global _pending
-    _pending = cap
-    ikdata_boot.watch(_patch_installed, WATCHED)
+    if loader.available():
+        when_imported(WATCHED, cap, _patch)
 
 
 def uninstall() -> None:
-    global _pending
-    _pending = None
+    """Give FlashInfer back its own decorator (tests)."""
     module = sys.modules.get(WATCHED)
     original = getattr(getattr(module, "flashinfer_api", None), _ORIGINAL, None)
     if original is not None:
         module.flashinfer_api = original
-
-
-def _patch_installed() -> None:
-    cap = _pending  # the capturer install was given, unless uninstall ran since (no import of capture: a cycle)
-    if cap is not None:
-        _patch(cap, sys.modules[WATCHED])
 
 
 def _patch(cap: Any, api_logging: Any) -> None:

@@ -37,9 +37,10 @@ import sys
 import threading
 from typing import Any, Mapping, Sequence
 
+from ikdata.capture.sources import declared_by
+
 TEMPLATE = "sampling_logits_f32"
 OPERATION = "transformers.GenerationMixin._sample"
-ORDER = "hf"
 _WATCHED = "transformers.generation.utils"
 # inside an assisted (speculative) call every _sample is the draft's: never recorded as the target's draws
 _ASSISTED: contextvars.ContextVar[str | None] = contextvars.ContextVar("ikdata_sampling_assisted", default=None)
@@ -229,7 +230,7 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
                       "eos": torch.tensor(sorted(eos) or [-1], dtype=torch.int64),
                       "bad_words": torch.tensor(flat_bad, dtype=torch.int64),
                       "seed": torch.full((b,), seed, dtype=torch.int64)}
-            sampler = {"order": ORDER, "processors": recorder.effects_of(index, rows), "unknown": unknown}
+            sampler = {"order": declared_by(__name__).order, "processors": recorder.effects_of(index, rows), "unknown": unknown}
             with step_context(index):
                 cap.record(TEMPLATE, inputs, {"samples": drawn[rows].to(torch.int64).contiguous()},
                            operation=OPERATION, fills={"V": int(logits.shape[-1])}, provenance={"sampler": sampler})
@@ -237,8 +238,8 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
             finished |= torch.isin(drawn, torch.tensor(sorted(eos), dtype=drawn.dtype))
 
 
-def _patch(cap: Any) -> None:
-    module = sys.modules.get(_WATCHED)
+def _patch(cap: Any, module: Any) -> None:
+    """Wrap ``GenerationMixin._sample`` (and refuse what capture cannot judge) in ``transformers.generation.utils``."""
     mixin = getattr(module, "GenerationMixin", None)
     if mixin is None or getattr(mixin._sample, "__ikdata_original__", None) is not None:
         return
@@ -411,24 +412,12 @@ def record_sampler(api: Any, inputs: Mapping[str, Any], samples: Any, *, operati
 
 
 def install(cap: Any) -> None:
-    """Capture Hugging Face ``generate``'s sampler: patch now if transformers is loaded, else when it loads."""
-    if _WATCHED in sys.modules:
-        _patch(cap)
-        return
-    import ikdata_boot
+    """Capture Hugging Face ``generate``'s sampler: patch now if transformers is loaded, else when it loads
+    (for the capturer active then: :func:`ikdata.capture.running.when_imported`)."""
+    from ikdata.capture.running import when_imported
 
-    ikdata_boot.watch(_patch_installed, _WATCHED)
+    when_imported(_WATCHED, cap, _patch)
 
 
-def _patch_installed() -> None:
-    """When transformers loads: patch for the capturer installed then, if any. A capturer uninstalled
-    before that import (a test, a process that turned capture off) must not be the one patched in."""
-    from ikdata.capture import boot
-
-    cap = boot.current()
-    if cap is not None:
-        _patch(cap)
-
-
-__all__ = ["MODELLED", "OPERATION", "ORDER", "TEMPLATE", "assisted_mode", "declared", "expected_processors", "install",
+__all__ = ["MODELLED", "OPERATION", "TEMPLATE", "assisted_mode", "declared", "expected_processors", "install",
            "processors_of", "record_sampler"]

@@ -39,8 +39,6 @@ from ikdata.core.problems import Problem
 from ikdata.core.writer import DatasetWriter, NewWorkload
 
 DEFINITION = "sampling_top_logprobs"
-# a log written by one of these engines is judged in its sampler's cut order (definitions/sampling/*_vllm.json ...)
-BY_ENGINE = {"vllm": "sampling_top_logprobs_vllm", "sglang": "sampling_top_logprobs_sglang"}
 ORIGIN = "openai-completions"
 # vLLM's and SGLang's sampling parameters that change the distribution (value when off)
 UNMODELLED = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_tokens": 0,
@@ -49,6 +47,15 @@ UNMODELLED = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_pen
 MAX_VOCAB = 1 << 31  # larger than any tokenizer's vocabulary; token ids and top_k stay within int64
 _INT64 = 1 << 63
 _FLOAT32_MAX = float(np.finfo(np.float32).max)  # the settings are stored as float32 scalars
+
+
+def definitions_by_engine() -> dict[str, str]:
+    """Serving engine -> the definition a log it wrote is a workload of: ``sampling_top_logprobs_<order>``, judged
+    in that engine's sampler cut order (``definitions/sampling/*_vllm.json``). Read from the declared serving
+    engines (:mod:`ikdata.core.features`), so an engine declared with an order is accepted here."""
+    from ikdata.core.features import sources
+
+    return {s.name: f"{DEFINITION}_{s.order}" for s in sources() if s.engine and s.order}
 
 
 @dataclass(frozen=True)
@@ -198,9 +205,9 @@ def parse_line(record: Any, *, path: str, line: int) -> tuple[Position | None, l
     if problems:
         return None, problems
     engine = record.get("engine")
-    if engine is not None and (not isinstance(engine, str) or engine.strip().lower() not in BY_ENGINE):
-        bad("/engine", f"engine must be one of {', '.join(sorted(BY_ENGINE))} (whose sampler's cut order judges "
-                       f"the line), got {engine!r}")
+    if engine is not None and (not isinstance(engine, str) or engine.strip().lower() not in definitions_by_engine()):
+        bad("/engine", f"engine must be one of {', '.join(sorted(definitions_by_engine()))} (whose sampler's cut "
+                       f"order judges the line), got {engine!r}")
         return None, problems
     provenance = {k: record[k] for k in ("prompt", "model", "position", "request_id") if k in record}
     if engine is not None:
@@ -257,16 +264,17 @@ def import_completions(src: str | os.PathLike, dst: str | os.PathLike, *, dry_ru
     Example:
         >>> import_completions("server-draws.jsonl", "runs/server").added
     """
-    if engine is not None and engine.strip().lower() not in BY_ENGINE:
+    by_engine = definitions_by_engine()
+    if engine is not None and engine.strip().lower() not in by_engine:
         from ikdata.core.errors import UsageError
 
-        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(sorted(BY_ENGINE))}")
+        raise UsageError(f"--engine {engine!r}: expected one of {', '.join(sorted(by_engine))}")
     positions = read_completions(src)
     found, _ = read_folder(shipped_folder(), origin=SHIPPED)
     items = []
     for p in positions:
         named = p.provenance.get("engine") or (engine.strip().lower() if engine else None)
-        definition = found[BY_ENGINE[named] if named else DEFINITION]
+        definition = found[by_engine[named] if named else DEFINITION]
         inputs = {"logprobs": np.asarray(p.logprobs, np.float32), "temperature": p.settings["temperature"],
                   "top_k": p.settings["top_k"], "top_p": p.settings["top_p"], "min_p": p.settings["min_p"],
                   "vocab_size": p.vocab_size, "seeds": np.asarray(p.seeds, np.int64)}
@@ -290,4 +298,5 @@ def import_completions(src: str | os.PathLike, dst: str | os.PathLike, *, dry_ru
     return CompletionsResult(str(src), str(dst), tuple(r.row.uuid for r in results), draws, False, writer.commit())
 
 
-__all__ = ["BY_ENGINE", "CompletionsResult", "DEFINITION", "Position", "import_completions", "parse_line", "read_completions"]
+__all__ = ["CompletionsResult", "DEFINITION", "Position", "definitions_by_engine", "import_completions", "parse_line",
+           "read_completions"]

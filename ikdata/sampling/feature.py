@@ -10,5 +10,6 @@ FEATURE = Feature(
                   finish="ikdata.sampling.judge:finish", regroup="ikdata.sampling.judge:regroup",
                   recheck="ikdata.sampling.groups:recheck", summary="ikdata.sampling.judge:summary_lines",
                   figures="ikdata.sampling.report_figures:figures", judges=("sampling",)),
-    sources=(Source("transformers", "transformers", order="hf", hooks="ikdata.sampling.capture"),),
+    sources=(Source("transformers", "transformers", order="hf", hooks="ikdata.sampling.capture",
+                    models=("transformers", "transformers_modules")),),
 )
