@@ -22,6 +22,8 @@ import sys
 import threading
 from typing import Any, Callable
 
+from ikdata.capture.sources import declared_by
+
 _LOCAL = threading.local()
 _PATCHED: set[type] = set()
 _PENDING: set[str] = set()
@@ -33,6 +35,17 @@ _LOOSE: dict[str, int] = {}  # scheduler class -> step() calls made outside any 
 
 PIPELINE_BASES = ("DiffusionPipeline", "ModularPipeline")
 SCHEDULER_BASES = ("SchedulerMixin",)
+
+
+def library() -> Any:
+    """Diffusers' declaration (:mod:`ikdata.diffusion.feature`): the package whose modules are patched, the engine
+    a trajectory names."""
+    return declared_by(__name__)
+
+
+def _in_library(name: str) -> bool:
+    package = library().module
+    return name == package or name.startswith(package + ".")
 
 
 def install(capturer: Any) -> None:
@@ -97,7 +110,7 @@ def patch_loaded() -> None:
     every subclass of the pipeline and scheduler bases already defined elsewhere (a program's own
     pipeline), and every subclass defined later (through the bases' ``__init_subclass__``)."""
     for name, module in list(sys.modules.items()):
-        if name == "diffusers" or name.startswith("diffusers."):
+        if _in_library(name):
             _patch_or_defer(name, module)
     for module_name, base_name in _BASES:
         base = getattr(sys.modules.get(module_name), base_name, None)
@@ -189,7 +202,7 @@ def _call_wrapper(original: Callable) -> Callable:
             return original(self, *args, **kwargs)
         from ikdata.diffusion.recorder import TrajectoryRecorder
 
-        recorder = TrajectoryRecorder.start(capturer, self, original, args, kwargs)
+        recorder = TrajectoryRecorder.start(capturer, self, original, args, kwargs, library=library())
         if recorder is None:
             return _in_call(original, self, args, kwargs)
         stack = _LOCAL.__dict__.setdefault("stack", [])
@@ -282,7 +295,7 @@ class _DiffusersWatcher(importlib.abc.MetaPathFinder):
     """Patches each Diffusers module right after it finishes loading."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "diffusers" and not fullname.startswith("diffusers."):
+        if not _in_library(fullname):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -327,4 +340,4 @@ def _watch() -> None:
         sys.meta_path.insert(0, _WATCHER)
 
 
-__all__ = ["install", "uninstall", "active", "abort_open", "patch_loaded", "patch_module", "report_loose"]
+__all__ = ["install", "uninstall", "active", "library", "abort_open", "patch_loaded", "patch_module", "report_loose"]

@@ -64,8 +64,10 @@ class DenoiserCall:
 class TrajectoryRecorder:
     """Everything one pipeline call does that a trajectory records. Created by :meth:`start`."""
 
-    def __init__(self, capturer: Any, pipe: Any, original: Callable, args: tuple, kwargs: dict) -> None:
+    def __init__(self, capturer: Any, pipe: Any, original: Callable, args: tuple, kwargs: dict, *,
+                 library: Any) -> None:
         self.capturer = capturer
+        self.library = library  # the declared source the pipeline comes from: its name and version in the records
         self.config = capturer.config
         self.pipe = pipe
         self.finished = False
@@ -102,11 +104,13 @@ class TrajectoryRecorder:
         _OPEN.add(self)
 
     @classmethod
-    def start(cls, capturer: Any, pipe: Any, original: Callable, args: tuple, kwargs: dict) -> "TrajectoryRecorder | None":
-        """A recorder for this call, or None when the current request is not being captured."""
+    def start(cls, capturer: Any, pipe: Any, original: Callable, args: tuple, kwargs: dict, *,
+              library: Any) -> "TrajectoryRecorder | None":
+        """A recorder for this call, or None when the current request is not being captured. ``library``: the
+        declared source the pipeline comes from (:func:`ikdata.diffusion.capture.library`)."""
         if capturer.tracker.current_request() is None:
             return None
-        return cls(capturer, pipe, original, args, kwargs)
+        return cls(capturer, pipe, original, args, kwargs, library=library)
 
     # -- engine-thread events -----------------------------------------------------------------------
 

@@ -370,7 +370,7 @@ def _model(rec: Any, writer: DatasetWriter) -> dict | None:
                           raws.items()))
     repo, revision = _model_source(rec.pipe)
     record = {"digest": digest, "class": type(module).__name__, "library": type(module).__module__.split(".")[0],
-              "library_version": _version("diffusers"), "config": _json_safe(dict(getattr(module, "config", {}))),
+              "library_version": rec.library.version(), "config": _json_safe(dict(getattr(module, "config", {}))),
               "stored": stored, "bytes": total, "repo_id": repo, "revision": revision,
               "subfolder": "transformer" if getattr(rec.pipe, "transformer", None) is module else "unet",
               "tensors": tensors}
@@ -394,7 +394,7 @@ def _model_source(pipe: Any) -> tuple[str | None, str | None]:
 def _pipeline(rec: Any) -> dict:
     repo, revision = _model_source(rec.pipe)
     return {"class": type(rec.pipe).__name__, "library": type(rec.pipe).__module__.split(".")[0],
-            "library_version": _version("diffusers"), "model": repo, "revision": revision}
+            "library_version": rec.library.version(), "model": repo, "revision": revision}
 
 
 def _scheduler(rec: Any) -> dict:
@@ -501,7 +501,7 @@ _GUIDANCE_FIELDS = ("true_cfg_scale", "guidance_rescale", "audio_guidance_scale"
 def _provenance(rec: Any) -> dict:
     probe = getattr(getattr(rec, "capturer", None), "ranks", None)  # rank and world size, as operator receipts
     ranks = probe.current().facts() if probe is not None else {}
-    return {"engine": "diffusers", "engine_version": _version("diffusers"),
+    return {"engine": rec.library.name, "engine_version": rec.library.version(),
             "model": _pipeline(rec)["model"], "request_id": rec.request_id, "captured_at": time.time(),
             "process_id": os.getpid(), **ranks}
 
@@ -524,15 +524,6 @@ def _json_safe(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
-
-
-def _version(package: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 __all__ = ["Blob", "BlobQueue", "write_trajectory"]
