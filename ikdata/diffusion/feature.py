@@ -6,15 +6,16 @@ from __future__ import annotations
 from ikdata.core.features import Family, Feature, RecordKind, Source
 
 _DATA = "ikdata.diffusion.dataset_hooks"
+_HOOKS = "ikdata.diffusion.family_hooks"
 
 FEATURE = Feature(
     "diffusion",
     kinds=(RecordKind("diffusion trajectories", "trajectories", ".jsonl", "trajectory", imported="append"),
            RecordKind("model records", "models", ".json", "model", imported="create",
                       pattern=r"models/[0-9a-f]{64}\.json")),
-    family=Family("diffusion", owns="ikdata.diffusion.replay:is_denoiser", settle="ikdata.diffusion.replay:settle_step",
-                  finish="ikdata.diffusion.replay:finish", regroup="ikdata.diffusion.verdicts:regroup",
-                  blobs="ikdata.diffusion.replay:blob_paths", needs_whole_run=True,
+    family=Family("diffusion", owns=f"{_HOOKS}:is_denoiser", settle=f"{_HOOKS}:settle_step",
+                  finish=f"{_HOOKS}:finish", regroup="ikdata.diffusion.verdicts:regroup",
+                  blobs=f"{_HOOKS}:blob_paths", needs_whole_run=True,
                   vouches="ikdata.diffusion.discovery:vouches", recheck="ikdata.diffusion.verdicts:recheck",
                   validate=f"{_DATA}:validate", references=f"{_DATA}:references", carried=f"{_DATA}:carried",
                   lineage=f"{_DATA}:lineage", diff=f"{_DATA}:diff", stats=f"{_DATA}:stats",

@@ -37,7 +37,7 @@ def capture(root: Path, *, perturb: Callable[[Any], Any] | None = None, seed: in
 def replay(root: Path, tmp: Path, **settings: Any) -> dict:
     """Replay ``root`` (reuse off) and return its one trajectory case."""
     import ikdata
-    from ikdata.diffusion.replay import Settings
+    from ikdata.diffusion.settings import Settings
     from ikdata.replay.runner import replay as run
 
     result = run(ikdata.open(root), reuse=False, report_path=tmp / f"replay-{len(list(tmp.glob('replay-*')))}.json",

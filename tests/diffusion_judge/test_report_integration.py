@@ -60,7 +60,7 @@ def test_resume_keeps_the_judged_trajectory_and_reuse_takes_it(reference_capture
     assert not a.get("reused") and b["reused"] is True
     assert b["trajectory"] == a["trajectory"] and b["status"] == a["status"] == "passed"
     other = _run(reference_capture, tmp_path / "c.json", cache_path=cache,
-                 diffusion=__import__("ikdata.diffusion.replay", fromlist=["Settings"]).Settings(k=3.0))
+                 diffusion=__import__("ikdata.diffusion.settings", fromlist=["Settings"]).Settings(k=3.0))
     assert not _trajectory(other)[0].get("reused")  # other settings: judged again
 
 

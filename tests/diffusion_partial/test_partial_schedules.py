@@ -101,7 +101,7 @@ def test_a_start_that_is_not_the_pipelines_stops_the_schedule_check(runs, tmp_pa
 
 
 def test_noise_from_another_seed_fails_the_noised_start(runs, tmp_path):
-    from ikdata.diffusion.replay import Settings
+    from ikdata.diffusion.settings import Settings
     from ikdata.replay.runner import replay as run
 
     import ikdata

@@ -33,7 +33,7 @@ def capture(root: Path, name: str, *, perturb: Callable[[Any], Any] | None = Non
 def replay(root: Path, report: Path) -> dict:
     """Replay ``root`` (no reuse); the report as a dict."""
     import ikdata
-    from ikdata.diffusion.replay import Settings
+    from ikdata.diffusion.settings import Settings
     from ikdata.replay.runner import replay as run
 
     return run(ikdata.open(root), reuse=False, report_path=report, diffusion=Settings()).report

@@ -20,7 +20,7 @@ NOT_SWEPT = frozenset({
 
 
 def test_every_shipped_scheduler_is_swept_or_listed_as_not_yet():
-    from ikdata.diffusion.replay import scheduler_names
+    from ikdata.diffusion.scheduler_classes import scheduler_names
 
     shipped = set(scheduler_names())
     swept = {v.cls for v in scheduler_sweep.variants()}

@@ -138,7 +138,7 @@ def bare_forward(root: Path, device: str, rounds: int, higher: bool = False) -> 
     spec = {"record": dict(model.record), "state_dict": state}
     inputs = [ds.load_inputs(rows[u], device=device) for u in uuids]
     if higher:
-        from ikdata.diffusion.replay import HIGHER
+        from ikdata.diffusion.denoiser_model import HIGHER
 
         up = HIGHER.get(next(t.dtype for t in state.values() if t.is_floating_point()))
         if up is None:
@@ -165,7 +165,7 @@ def bare_forward(root: Path, device: str, rounds: int, higher: bool = False) -> 
 
 def measure(work: Path, case: str, device: str, steps: int, rounds: int) -> dict:
     """Capture one trajectory of ``case`` and time its replay per step, with and without the floor."""
-    from ikdata.diffusion.replay import Settings
+    from ikdata.diffusion.settings import Settings
 
     root = work / case
     capture(root, steps, case)
