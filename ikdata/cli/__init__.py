@@ -129,32 +129,25 @@ def _print_help() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script. A reader that closes the pipe early (``ikdata ls DS | head``)
-    ends the command quietly with exit 0: to stop reading is not a problem."""
+    ends the command quietly with exit 0: to stop reading is not a problem (:mod:`ikdata.cli._errors`)."""
     try:
         _main(sys.argv[1:] if argv is None else argv)
         sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen below
-    except BrokenPipeError:
-        _stdout_closed()
-        sys.exit(0)
+    except BrokenPipeError as exc:
+        _closed_pipe(exc)
     except SystemExit:
         try:
             sys.stdout.flush()
-        except BrokenPipeError:
-            _stdout_closed()
-            sys.exit(0)
+        except BrokenPipeError as exc:
+            _closed_pipe(exc)
         raise
 
 
-def _stdout_closed() -> None:
-    """Stdout on the null device: what is left in its buffer is dropped without a second error at exit."""
-    import os
+def _closed_pipe(exc: BrokenPipeError) -> None:
+    """End as every closed pipe ends (quietly, exit 0), by the one translation of errors."""
+    from ikdata.cli._errors import exit_code
 
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # stdout is no file (a test's capture)
-        pass
+    sys.exit(exit_code(exc, None))
 
 
 def _main(args: list[str]) -> None:

@@ -224,6 +224,12 @@ def problems(found: Sequence[Problem], *, to_stdout: bool = False, label: str = 
         target.print(f"[red]✗[/red] {escape(terminal_safe(label + str(p)))}", markup=True, highlight=False)
 
 
+def error(message: str) -> None:
+    """``error: MESSAGE`` on stderr, even with --quiet (it is why the exit code is not 0), the message escaped:
+    it quotes user text, never markup. The one way a failed command speaks (:mod:`ikdata.cli._errors`)."""
+    _console("err_console").print(f"[red]error:[/red] {escape(terminal_safe(message))}", markup=True, highlight=False)
+
+
 def info(message: str) -> None:
     """A line of human output on stdout, control characters escaped (:func:`terminal_safe`)."""
     sys.stdout.write(terminal_safe(message) + "\n")  # as rich would print it (soft wrap, no markup), without rich
