@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ikdata.core.dataset import Dataset
+from ikdata.core.manifest import MANIFEST
 from ikdata.remote.backend import BLOB_PREFIX, Backend
 from ikdata.remote.connect import open_backend
 from ikdata.remote.packs import fetch_members, find_remote_packs, loose_placeholder
@@ -63,7 +64,7 @@ def open_url(url: str, *, options: RemoteOptions | None = None, blobs: str = "no
         root = Path(tmp)
         manifest, data, _ = read_remote(backend)
         fetch_files(backend, manifest, root, jobs=jobs)
-        write_atomic(root / "ikdata.json", [data])
+        write_atomic(root / MANIFEST, [data])
         if blobs != "none":
             _materialise_blobs(backend, root, blobs, jobs)
         yield Dataset.open(root, definitions=definitions)
