@@ -60,6 +60,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 MODULES = ("data", "capture_cmd", "index_cmd", "merge_cmd", "noise_cmd", "pack_cmd", "remote_cmd", "replay_cmd",
            "report_cmd")
+VERSION = f"ikdata {__version__}"  # what --version prints, typer's path or not
 HELP = "Capture, replay, import and share real operator workloads as content-addressed datasets."
 
 
@@ -152,7 +153,7 @@ def _closed_pipe(exc: BrokenPipeError) -> None:
 
 def _main(args: list[str]) -> None:
     if args in (["--version"], ["-V"]):
-        sys.stdout.write(f"ikdata {__version__}\n")
+        sys.stdout.write(VERSION + "\n")
         return
     if args in (["--help"], ["-h"]):
         _print_help()

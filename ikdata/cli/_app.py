@@ -7,8 +7,7 @@ from __future__ import annotations
 import typer
 from typer.core import TyperGroup
 
-from ikdata._version import __version__
-from ikdata.cli import HELP, _summary
+from ikdata.cli import HELP, VERSION, _summary
 from ikdata.cli._errors import exit_code
 from ikdata.core.errors import IkdataError
 
@@ -136,7 +135,7 @@ class _Group(TyperGroup):
 
 def _show_version(value: bool) -> None:
     if value:
-        typer.echo(f"ikdata {__version__}")
+        typer.echo(VERSION)
         raise typer.Exit(0)
 
 
