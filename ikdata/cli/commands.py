@@ -1,6 +1,11 @@
-"""Imports every command module so that each registers its commands on :data:`ikdata.cli.app`.
+"""Every command registered on :data:`ikdata.cli.app`, for code that imports this module for that effect.
 
-Command modules import torch only inside command bodies, so ``ikdata --help`` stays torch-free.
+:func:`ikdata.cli.load` is the one place that knows the command modules (:data:`ikdata.cli.MODULES`); command
+modules import torch only inside command bodies, so loading them all stays torch-free.
 """
 
-from ikdata.cli import capture_cmd, index_cmd, merge_cmd, noise_cmd, pack_cmd, remote_cmd, replay_cmd, report_cmd  # noqa: F401
+from ikdata.cli import load
+
+app = load()
+
+__all__ = ["app"]
