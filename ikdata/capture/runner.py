@@ -293,9 +293,15 @@ def _keep_census(root: Path, run: str, records: list[dict[str, Any]]) -> None:
     write_atomic(root / census.DATASET_DIR / f"{run}.jsonl", [jsonl.dumps(r) + b"\n" for r in records])
 
 
-# What a capture may have written into a fresh --into folder (anything else there is left alone).
-_CAPTURE_MADE = ("workloads", "definitions", "blob", "receipts.jsonl", "trajectories", "models", "census", "reports",
-                 "ikdata.json", ".ikdata.lock", ".lock")
+def _capture_made() -> frozenset[str]:
+    """What a capture may have written into a fresh --into folder: the top of every record kind declared
+    (:mod:`ikdata.core.record_kinds`), the blobs, the manifest and the locks (anything else is left alone)."""
+    from ikdata.core.locking import LOCK_FILE
+    from ikdata.core.manifest import MANIFEST
+    from ikdata.core.record_kinds import KINDS
+    from ikdata.core.store import BLOB_DIR
+
+    return frozenset({kind.top.split("/")[0] for kind in KINDS} | {BLOB_DIR, MANIFEST, LOCK_FILE, ".lock"})
 
 
 def _remove_leftovers(root: Path, created: bool) -> bool:
@@ -303,8 +309,9 @@ def _remove_leftovers(root: Path, created: bool) -> bool:
     folder itself when the run created it. Returns whether no dataset is left (the folder is gone or empty)."""
     if not root.is_dir():
         return True
+    made = _capture_made()
     for entry in root.iterdir():
-        if entry.name in _CAPTURE_MADE or entry.name.startswith(".tmp-"):
+        if entry.name in made or entry.name.startswith(".tmp-"):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:

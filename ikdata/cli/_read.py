@@ -35,17 +35,15 @@ def _no_such_definition(ds, definition: str):
 
 
 def show(ds, key: str, o: out.Output) -> int:
-    """``ikdata show``: one workload (or a trajectory, or the workloads of TRAJECTORY:STEP[:STREAM])."""
+    """``ikdata show``: one workload (or a record of a family's own, such as a trajectory by its id, or the
+    workloads of TRAJECTORY:STEP[:STREAM]), then the capture census when the dataset keeps one."""
+    from ikdata.core.held_records import hooks
     from ikdata.ops.inspect import describe_workload
 
-    if (ds.root / "trajectories").exists():  # only a dataset with trajectories pays for their module
-        from ikdata.diffusion.views import describe as describe_trajectory
-
-        trajectory = describe_trajectory(ds, key)  # a diffusion trajectory id (prefix) shows the trajectory
-        if trajectory is not None:
-            from ikdata.cli._trajectory import print_trajectory
-
-            o.result(trajectory, lambda: print_trajectory(trajectory))
+    for describe in hooks("describe", ds.root):  # only a dataset holding a family's records loads its module
+        found = describe(ds, key)  # a family's own record: a diffusion trajectory by its id (prefix)
+        if found is not None:
+            o.result(found.document, lambda: found.show(out))
             return 0
     if ":" in key:  # TRAJECTORY:STEP[:STREAM]: the workloads of those steps, as lineage finds them
         from ikdata.ops.lineage import trace
@@ -91,10 +89,8 @@ def stats(ds, shown_as: str, o: out.Output) -> int:
         out.info(f"definitions {result.definitions} · workloads {result.workloads} · receipts {result.receipts} · "
                  f"unique blobs {result.unique_blobs} · stored {out.human_bytes(result.stored_bytes)} · "
                  f"referenced {out.human_bytes(result.referenced_bytes)} · dedup ×{result.dedup_ratio:.2f}")
-        from ikdata.cli._trajectory import trajectory_line
-
-        if trajectory_line(result.trajectories):
-            out.info(trajectory_line(result.trajectories))
+        for line in result.lines():  # every family's figures (trajectories)
+            out.info(line)
 
     o.result(result.to_dict(), human)
     o.problems(ds.problems)
@@ -134,10 +130,8 @@ def lineage(path, key: str | None, dot: bool, o: out.Output) -> int:
         out.info("  captured:" + ("" if capture else " no receipt"))
         for line in fact_lines(capture):
             out.info(f"    {line}")
-        if chain.call is not None:
-            call = chain.call
-            out.info(f"  pipeline call: {call['pipeline']} trajectory {call['trajectory'][:12]} ({call['where']}), "
-                     f"step {call['step']} {call['stream']} ({call['role']}), seed {call['seed']}")
+        if chain.call_line is not None:  # the family record the workload belongs to (a pipeline call)
+            out.info(f"  {chain.call_line}")
         if chain.request is not None:
             out.info("  request: " + _shortened(json.dumps(chain.request, sort_keys=True, ensure_ascii=False,
                                                            default=str)))

@@ -70,9 +70,10 @@ def capture(
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
         provenance=provenance, streams=_split(streams))
     o = out.Output(json=json_, quiet=quiet)
-    from ikdata.diffusion import views as trajectories
+    from ikdata.core.held_records import hooks
 
-    before = trajectories.ids(into)
+    family_stats = hooks("stats")  # every family's figures before and after: what the run added (trajectories)
+    before = [stats(into) for stats in family_stats]
     with out.stdout_to_stderr(json_):  # the program's own output must not mix with the JSON document
         result = run_capture(config, command)
     if json_:
@@ -83,8 +84,9 @@ def capture(
                               markup=False)
     if result.refused:
         o.info("not captured (caps reached): " + ", ".join(f"{k}: {v}" for k, v in sorted(result.refused.items())))
-    for line in trajectories.capture_summary(into, before):  # diffusion pipeline calls
-        o.info(line)
+    for stats, earlier in zip(family_stats, before):  # e.g. one line per diffusion pipeline call recorded
+        for line in stats(into).since(earlier):
+            o.info(line)
     for line in result.census_lines:  # what ran, what was recorded, why the rest was not
         o.info(f"census: {line}")
     total = sum(result.counts.values())

@@ -203,17 +203,9 @@ def diff_(a: Annotated[str, typer.Argument(help="Dataset A (before).", metavar="
         out.table(f"workloads {a} -> {b}", ["definition", "added", "removed", "changed"],
                   [(name, len(c.added), len(c.removed), len(c.changed))
                    for name, c in sorted(changes.workloads.items())])
-    for change in changes.trajectories:
-        if change.a is None or change.b is None:
-            where = "B only" if change.a is None else "A only"
-            out.info(f"trajectory {change.pipeline} {(change.b or change.a)[:12]}: {where}")
-            continue
-        differs = "; ".join(f"{k} {v[0]!r} -> {v[1]!r}" if k != "request" else "request changed"
-                            for k, v in sorted(change.differs.items())) or "steps' tensors differ"
-        out.info(f"trajectory {change.pipeline} {change.a[:12]} -> {change.b[:12]}: {differs}")
-    for label, digests in (("added", changes.models_added), ("removed", changes.models_removed)):
-        for digest in digests:
-            out.info(f"model {label}: {digest[:12]}")
+    for family in changes.families:  # each family's records in its own words (trajectories, model records)
+        for line in family.lines():
+            out.info(line)
     for label, names in (("added", changes.definitions_added), ("removed", changes.definitions_removed),
                          ("changed", changes.definitions_changed)):
         for name in names:

@@ -341,17 +341,18 @@ class Dataset:
         return BlobReferences(uses, tuple(problems))
 
     def iter_blob_references(self, problems: list[Problem]) -> Iterator[str]:
-        """Every blob path the rows, receipts, trajectories and model records name, once per use,
+        """Every blob path the rows, receipts and every family's own records name, once per use,
         streamed (gc builds its set from it without holding the uses); unreadable lines are
         appended to ``problems``."""
         for path in self.workload_files() + self.receipt_files():  # streamed: no file is held whole
             for _, record in jsonl.iter_records(path, problems, display=self.rel(path)):
                 yield from blob_paths(record)
-        from ikdata.diffusion.trajectories import referenced_paths  # diffusion trajectories and stored models
+        from ikdata.core.held_records import hooks  # every family's own records (trajectories, stored models)
 
-        more, more_problems = referenced_paths(self.root)
-        yield from more
-        problems += more_problems
+        for references in hooks("references", self.root):
+            more, more_problems = references(self.root)
+            yield from more
+            problems += more_problems
 
     def receipts(self, *, validate: bool = True) -> Iterator[Receipt]:
         """Every receipt. Invalid ones are reported in ``self.problems``, not yielded."""

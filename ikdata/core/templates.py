@@ -125,7 +125,8 @@ def trusted_instances(dataset_definitions: Mapping[str, Definition]) -> dict[str
 
     A definition read from a dataset is untrusted; if its digest equals the
     digest of the shipped template instantiated with the same values, its
-    reference is the shipped one and may run. Pass the result to
+    reference is the shipped one and may run. So is one a capture source's declared ``trusts`` hook vouches
+    for (a conversion of an installed FlashInfer template): each source decides which are its own. Pass the result to
     ``load_reference(..., trusted_definitions=...)``.
 
     Example:
@@ -146,10 +147,12 @@ def trusted_instances(dataset_definitions: Mapping[str, Definition]) -> dict[str
         instance = instantiate(template, values)
         if instance.name == name and instance.digest == definition.digest:
             trusted[name] = instance
-    if any(str(t).startswith("ikdata:flashinfer=") for d in dataset_definitions.values() for t in d.record.get("tags", [])):
-        from ikdata.flashinfer.trust import trusted_flashinfer  # converted from an installed FlashInfer template
+    from ikdata.core import features
 
-        trusted.update(trusted_flashinfer(dataset_definitions))
+    for source in features.sources() if dataset_definitions else ():  # each source says which are its own
+        trusts = features.resolve(source.trusts)
+        if trusts is not None:
+            trusted.update(trusts(dataset_definitions))
     return trusted
 
 

@@ -12,11 +12,14 @@ import atexit
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ikdata.core.dataset import NotADataset
 from ikdata.flashinfer.dumps import is_dump_folder
 from ikdata.flashinfer.staging import Staged, is_definition_folder, stage
+
+if TYPE_CHECKING:
+    from ikdata.importing.foreign import ForeignRead
 
 LAYOUTS = ("FlashInfer flight-recorder call folders (<call>/metadata.jsonl)",
            "FlashInfer trace definitions (*.json tagged fi_api:)")
@@ -75,6 +78,45 @@ def stage_source(src: Path, found: tuple[Path | None, Path | None]) -> tuple[Pat
     return out / "staged", staged
 
 
+def importer(src: Path, definitions: Sequence[str] = ()) -> ForeignRead | None:
+    """FlashInfer's reader for ``ikdata import`` (its declared ``importer``): None when SRC is no FlashInfer folder.
+
+    A recorder folder or trace definitions folder is staged (:func:`stage_source`) and read with the staged
+    definitions (trusted: named by the user, or the installed FlashInfer's), each call or file left out named
+    with its dump folder; a flashinfer-bench Trace dataset is read as it is, each of its solution traces listed
+    as never imported (:mod:`ikdata.flashinfer.bench_traces`).
+
+    Raises:
+        NotADataset: SRC is a FlashInfer folder of which nothing could be read, or holds several.
+    """
+    from ikdata.core.dataset import FLASHINFER, find_layout
+    from ikdata.importing.foreign import ForeignRead
+
+    found = detect(src, [str(d) for d in definitions])
+    if found is not None:
+        root, staged = stage_source(src, found)
+        return ForeignRead(root, (str(root / "definitions"),), staged=True, left_out=_left_out(staged))
+    if src.is_dir() and find_layout(src) == FLASHINFER:
+        return ForeignRead(src, tuple(str(d) for d in definitions), traces=_traces)
+    return None
+
+
+def _left_out(staged: Staged) -> tuple:
+    """Each call folder (or definition file) left out, named with the dump folder it is in: "<call> (<dump>): <why>"."""
+    from ikdata.importing.foreign import LeftOut
+
+    return tuple(LeftOut(Path(where).name, str(Path(where).parent), reason, where=where)
+                 for where, reason in staged.left_out)
+
+
+def _traces(ds: Any) -> list:
+    """A flashinfer-bench dataset's solution traces, each as left out of the import with why."""
+    from ikdata.flashinfer.bench_traces import traces
+    from ikdata.importing.foreign import LeftOut
+
+    return [LeftOut(t.uuid, t.definition, t.reason, where=t.where, code="trace") for t in traces(ds.root, ds)]
+
+
 def _judge(root: Path) -> None:
     """Replay the staged calls with their (trusted) references, so import judges them like any capture."""
     from ikdata.core.dataset import Dataset
@@ -83,4 +125,4 @@ def _judge(root: Path) -> None:
     replay(Dataset.open(root, definitions=[root / "definitions"]), device="cpu", reuse=False)
 
 
-__all__ = ["LAYOUTS", "detect", "stage_source"]
+__all__ = ["LAYOUTS", "detect", "importer", "stage_source"]

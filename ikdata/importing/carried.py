@@ -1,32 +1,24 @@
-"""Records that ride with workloads into an import: diffusion trajectories and the model records they name.
+"""Records that ride with workloads into an import: every family's own records, and the kinds carried whole.
 
-A trajectory ties the denoiser and scheduler-step workloads of one pipeline call; without it those
-workloads cannot be judged (a denoiser step is judged against its trajectory's noise floor). So an
-import carries every trajectory of SRC whose workloads all get in (added now, or already in DST),
-with the model record it names and every blob either references. A trajectory with a workload left
-out stays out too, and is listed. Trajectories are content-named (their id), model records by their
-digest: one DST already holds is not written again; one with the same name and other content is a
-conflict, never an overwrite.
+Each family with records of its own (diffusion: trajectories and the model records they name) says
+which of them ride along with the workloads an import admits, through its declared ``carried`` hook
+(:class:`ikdata.core.features.Family`), and adds them to one :class:`Carried`. A record kind that no
+family carries and no other record names (``imported="create"`` without a naming ``pattern``, such as
+capture's census) is carried file by file whenever the import admits anything: each file of SRC that DST
+lacks, schema-checked; one DST holds with other content is a conflict, never an overwrite. A new kind of
+either sort needs no code here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import re
-
-import orjson
-
-from ikdata.diffusion import trajectories as traj_mod
-from ikdata.diffusion.models import model_relpath
+from ikdata.core import features, held_records
+from ikdata.core.record_checks import check_file
 from ikdata.core.paths import text_refusal
 from ikdata.core.problems import Problem
-from ikdata.core.store import blob_path
-
-
-_HEX = re.compile(r"[0-9a-f]{64}")
+from ikdata.core.record_kinds import KINDS, RecordKind
 
 
 @dataclass
@@ -35,11 +27,11 @@ class Carried:
 
     Attributes:
         appends: DST JSONL file -> records to append (trajectories).
-        files: DST path -> bytes of a file to create (model records).
+        files: DST path -> bytes of a file to create (model records, census files).
         blob_paths: SRC-relative blob paths those records reference.
-        added: trajectory ids carried; left_out: (trajectory id, its case's definition, why) of those that stay out.
+        added: ids of the records carried; left_out: (record id, its case's definition, why) of those that stay out.
         conflicts: a DST record with the same name and other content.
-        problems: SRC trajectory lines that cannot be read (torn, malformed, off-schema).
+        problems: SRC record lines that cannot be read (torn, malformed, off-schema).
     """
 
     appends: dict[str, list[dict]] = field(default_factory=dict)
@@ -51,85 +43,50 @@ class Carried:
     problems: list[Problem] = field(default_factory=list)
 
 
-def _workload_uuids(record: dict) -> list[str]:
-    found = []
-    for step in record.get("steps") or []:
-        for uuids in ((step.get("workloads") or {}) if isinstance(step, dict) else {}).values():
-            found += [u for u in uuids or [] if isinstance(u, str)]
-    return found
-
-
 def plan_carried(src: Path, dst: Path, admitted: set[str]) -> Carried:
-    """The trajectories (and their models) of SRC to carry into DST, given the workload uuids that
-    will be in DST after the import (``admitted``: added now or already there)."""
+    """The records of SRC to carry into DST, given the workload uuids that will be in DST after the import
+    (``admitted``: added now or already there)."""
     carried = Carried()
-    found = traj_mod.read_all(src)
-    carried.problems = list(found.problems)
-    held = {t.id for t in traj_mod.read_all(dst).trajectories} if (dst / traj_mod.TRAJECTORIES_DIR).is_dir() else set()
-    for traj in found.trajectories:
-        if traj.id in held:
-            continue
-        missing = [u for u in _workload_uuids(traj.record) if u not in admitted]
-        if missing:
-            carried.left_out.append((traj.id, f"trajectory:{traj.record['pipeline']['class']}",
-                                     f"{len(missing)} of its workloads are left out (e.g. {missing[0]})"))
-            continue
-        target = traj_mod.trajectory_relpath(traj.record["pipeline"]["class"])
-        if text_refusal(target) is not None or target.count("/") != 1:
-            carried.problems.append(Problem(traj.source, "/pipeline/class names a path, not a class; expected a "
-                                            "Python class name", traj.line, "/pipeline/class"))
-            continue
-        carried.appends.setdefault(target, []).append(traj.record)
-        carried.added.append(traj.id)
-        carried.blob_paths |= {path for _, path in traj.tensor_paths()}
-        model = traj.record.get("model") or {}
-        if isinstance(model.get("digest"), str) and _HEX.fullmatch(model["digest"]):
-            _carry_model(src, dst, model_relpath(model["digest"]), carried)
+    for carry in held_records.hooks("carried", src):  # the families whose records SRC holds
+        carry(src, dst, admitted, carried)
     if admitted:
-        _carry_census(src, dst, carried)
+        for kind in carried_whole():
+            _carry_files(src, dst, kind, carried)
     return carried
 
 
-def _carry_census(src: Path, dst: Path, carried: Carried) -> None:
-    """Capture's census files of SRC (``census/<run>.jsonl``: what each process ran and why calls were not
-    recorded) that DST lacks, schema-checked; one DST holds with other content is a conflict."""
-    from ikdata.core import jsonl, schema
+def carried_whole() -> tuple[RecordKind, ...]:
+    """The record kinds an import carries file by file: created by import (``imported="create"``), named by no
+    other record (no ``pattern``), no family's own (a family carries those) and not definitions (the rows
+    that name them bring them)."""
+    owned = set(features.kinds())
+    return tuple(k for k in KINDS if k.imported == "create" and k.pattern is None and k.folder
+                 and k not in owned and k.schema != "definition")
 
-    folder = src / "census"
+
+def _carry_files(src: Path, dst: Path, kind: RecordKind, carried: Carried) -> None:
+    """The files of one kind SRC holds and DST lacks, each schema-checked whole (every line of a ``.jsonl``)."""
+    folder = src / kind.top
     if not folder.is_dir():
         return
-    for path in sorted(folder.rglob("*.jsonl")):
+    for path in sorted(folder.rglob(f"*{kind.suffix}")):
         relative = path.relative_to(src).as_posix()
-        if path.is_symlink() or text_refusal(relative) is not None or relative.count("/") != 1:
-            carried.problems.append(Problem(relative, "not a census file; expected census/<run>.jsonl"))
+        if path.is_symlink() or text_refusal(relative) is not None or relative.count("/") != kind.top.count("/") + 1:
+            carried.problems.append(Problem(relative, f"not a {kind.name} file; expected "
+                                            f"{kind.top}/<name>{kind.suffix}"))
             continue
-        content = jsonl.read(path, display=relative, dataset=src)
-        found = list(content.problems)
-        for line, record in content.records:
-            found += schema.check("census", record, path=relative, line=line)
+        found = check_file(kind.schema, path, display=relative, dataset=src,
+                                  lines=kind.suffix == ".jsonl") if kind.schema is not None else []
         if found:
             carried.problems += found
             continue
         data = path.read_bytes()
         if (dst / relative).is_file():
             if (dst / relative).read_bytes() != data:
-                carried.conflicts.append(f"census {relative}: SRC and DST hold different records under one run")
+                carried.conflicts.append(f"{kind.name} {relative}: SRC and DST hold different records under one "
+                                         "name")
             continue
         carried.files[relative] = data
 
 
-def _carry_model(src: Path, dst: Path, relative: str, carried: Carried) -> None:
-    if relative in carried.files or not (src / relative).is_file():
-        return  # a model recorded by repo id only, or named twice
-    data = (src / relative).read_bytes()
-    if (dst / relative).is_file():
-        if orjson.loads((dst / relative).read_bytes()) != orjson.loads(data):
-            carried.conflicts.append(f"model record {relative}: SRC and DST hold different records under one digest")
-        return
-    carried.files[relative] = data
-    record: Any = orjson.loads(data)
-    if record.get("stored"):
-        carried.blob_paths |= {blob_path(t["digest"]) for t in record.get("tensors", {}).values()}
-
-
-__all__ = ["Carried", "plan_carried"]
+__all__ = ["Carried", "carried_whole", "plan_carried"]

@@ -52,7 +52,7 @@ def check_against_blobs(plan: Any, dst: Path) -> None:
     for rows in plan.rows.values():
         for row in rows:
             uuid = row["workload"]["uuid"]
-            where = plan.source.where.get(uuid, str(plan.source.root))
+            where = plan.source.where.get(uuid, str(plan.source.named))
             definition = plan.source.definitions[row["definition"]]
             receipt = receipts.get(uuid)
             descriptors = dict(row["workload"]["inputs"])
@@ -80,7 +80,7 @@ def check_against_blobs(plan: Any, dst: Path) -> None:
             if receipt is not None:
                 problems += _metric_problems(where, uuid, receipt, locate)
     if problems:
-        raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} workload(s) disagree with their blobs "
+        raise ProblemsFound(problems, f"{plan.source.named}: {len(problems)} workload(s) disagree with their blobs "
                             "or their report; nothing was imported. Run 'ikdata validate' on it, and replay it "
                             "again if its report was edited")
 

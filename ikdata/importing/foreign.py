@@ -14,6 +14,10 @@ Three layouts are read (see :mod:`ikdata.core.dataset`):
   (``expected_output: {}``, ``origin: "flashinfer-trace"``) so that lineage can show
   where they came from.
 
+A folder in a capture source's own format (FlashInfer's recorder dumps and trace definitions) is first
+read by that source's declared ``importer`` (:class:`ForeignRead`): staged as an ikdata dataset, or read
+as it is with what is never imported listed (flashinfer-bench's solution traces).
+
 Nothing here writes anything: SRC is read-only.
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -73,6 +77,27 @@ class LeftOut:
         if self.where is not None:
             found.update(where=self.where, pointer=self.pointer)
         return found
+
+
+@dataclass(frozen=True)
+class ForeignRead:
+    """What a capture source's declared ``importer`` (:class:`ikdata.core.features.Source`) makes of SRC, a
+    folder in the source's own format (FlashInfer's recorder dumps and trace definitions, flashinfer-bench).
+
+    Attributes:
+        root: the dataset to read: a staging copy of SRC in ikdata's layout, or SRC itself.
+        definitions: the definition folders to read it with (trusted: named by the user, or installed).
+        staged: ``root`` is a staging copy (SRC is never written); the user's folder is still SRC's name.
+        left_out: each call or file of SRC the staging left out, and why.
+        traces: called with the opened dataset: what it holds that is never imported, each listed with why
+            (flashinfer-bench's solution traces); its files' problems land in the dataset's own.
+    """
+
+    root: Path
+    definitions: tuple[str, ...] = ()
+    staged: bool = False
+    left_out: tuple[LeftOut, ...] = ()
+    traces: Callable[[Dataset], Iterable[LeftOut]] | None = None
 
 
 @dataclass
@@ -134,9 +159,9 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
         >>> len(source.rows), [p.message for p in source.problems]
     """
     named = src
-    staged = _flashinfer_staged(Path(src), definitions)
-    if staged is not None:  # FlashInfer's recorder or trace definitions: staged as an ikdata dataset first
-        src, definitions, fi_left_out = staged
+    foreign = _foreign(Path(src), definitions)
+    if foreign is not None:  # a source's own format (FlashInfer's dumps): staged as an ikdata dataset first
+        src, definitions = foreign.root, foreign.definitions
     ds = Dataset.open(src, definitions=definitions)
     known = known or {}
     built = manifest.build(ds.root)
@@ -164,35 +189,30 @@ def read_source(src: str | os.PathLike, *, definitions: Sequence[str | os.PathLi
             continue  # the same capture again (one workload), or a finding (core.repeats) listed below
         source.receipts[receipt.uuid] = record
     source.problems += seen.problems()
-    if ds.layout == FLASHINFER:  # flashinfer-bench's solution traces: never imported, each listed with why
-        from ikdata.flashinfer.bench_traces import traces
-
-        source.left_out += [LeftOut(t.uuid, t.definition, t.reason, where=t.where, code="trace")
-                            for t in traces(ds.root, ds)]
+    if foreign is not None and foreign.traces is not None:  # flashinfer-bench's solution traces: each listed
+        source.left_out += list(foreign.traces(ds))
     source.problems += ds.problems  # record files the path rule refused (links out of SRC)
     _read_report(ds, source)
-    if staged is not None:
+    if foreign is not None and foreign.staged:
         source.staged_from = Path(named)
-        source.left_out += fi_left_out
+        source.left_out += foreign.left_out
         source.extra_definitions = tuple(definitions)
         if not source.rows:
             source.definitions_alone = tuple(sorted(source.definitions))
     return source
 
 
-def _flashinfer_staged(src: Path, definitions: Sequence[str | os.PathLike]) -> tuple[Path, list, list] | None:
-    """(staged dataset, its definitions folder (trusted: user-named or the installed FlashInfer), calls left out)
-    when SRC is a FlashInfer folder (:mod:`ikdata.flashinfer.source`), else None."""
-    from ikdata.flashinfer.source import detect, stage_source
+def _foreign(src: Path, definitions: Sequence[str | os.PathLike]) -> ForeignRead | None:
+    """What the first capture source whose declared ``importer`` reads SRC makes of it (in declaration order),
+    or None when SRC is in no source's own format."""
+    from ikdata.core import features
 
-    found = detect(src, [str(d) for d in definitions])
-    if found is None:
-        return None
-    root, staged = stage_source(src, found)
-    # each call folder (or definition file) named with the dump folder it is in: "<call> (<dump>): <why>"
-    left_out = [LeftOut(Path(where).name, str(Path(where).parent), reason, where=where)
-                for where, reason in staged.left_out]
-    return root, [str(root / "definitions")], left_out
+    for source in features.sources():
+        importer = features.resolve(source.importer)
+        found = importer(src, [str(d) for d in definitions]) if importer is not None else None
+        if found is not None:
+            return found
+    return None
 
 
 def _records(ds: Dataset, files: list[Path], kind: str, known: Mapping[str, dict], source: Source) -> Iterator[Any]:

@@ -46,8 +46,9 @@ class Chain:
     validations: tuple[dict, ...]
     uses: tuple[str, ...] = ()
     request: Any = None
-    call: dict[str, Any] | None = None  # the pipeline call (trajectory) this workload is a step of
+    call: dict[str, Any] | None = None  # the family record this workload belongs to (a trajectory: its pipeline call)
     cloned: dict[str, Any] | None = None  # the dataset is a clone: from where, which id, when
+    call_line: str | None = None  # ``call`` in words, as its family says it (not in the JSON document)
 
     def to_dict(self) -> dict:
         return {"uuid": self.uuid, "definition": self.definition, "row": self.row, "capture": self.capture,
@@ -56,8 +57,8 @@ class Chain:
 
 
 def trace(path: str | os.PathLike, key: str) -> list[Chain]:
-    """:func:`_trace`, each chain with the pipeline call it is a step of (a diffusion trajectory), if any, and
-    where the dataset was cloned from, if it is a clone."""
+    """:func:`_trace`, each chain with the family record it belongs to (the pipeline call of a diffusion
+    trajectory it is a step of), if any, and where the dataset was cloned from, if it is a clone."""
     import dataclasses
 
     from ikdata.core.origin import read_origin
@@ -66,16 +67,20 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     origin, _ = read_origin(path)  # a broken note: said by the graph (ikdata lineage DIR), not per workload
     if origin is not None:
         chains = [dataclasses.replace(c, cloned=origin.to_dict()) for c in chains]
-    if not (Path(path) / "trajectories").is_dir():  # only a dataset with trajectories pays for their modules
-        return chains
-    from ikdata.diffusion.trajectories import files
-    from ikdata.diffusion.views import calls_of
+    for family in _lineages(path):
+        calls = family.calls({c.uuid for c in chains if c.call is None})
+        chains = [dataclasses.replace(c, call=calls[c.uuid], call_line=family.line(calls[c.uuid]),
+                                      request=c.request if c.request is not None else calls[c.uuid]["request"])
+                  if c.uuid in calls else c for c in chains]
+    return chains
 
-    if not files(Path(path)):
-        return chains
-    calls = calls_of(path, {c.uuid for c in chains})
-    return [dataclasses.replace(c, call=calls[c.uuid], request=c.request if c.request is not None
-                                else calls[c.uuid]["request"]) if c.uuid in calls else c for c in chains]
+
+def _lineages(path: str | os.PathLike) -> list[Any]:
+    """The lineage of every family whose records the dataset holds (its declared ``lineage`` hook): only such a
+    dataset pays for the family's modules."""
+    from ikdata.core.held_records import hooks
+
+    return [found for lineage in hooks("lineage", path) if (found := lineage(path)) is not None]
 
 
 def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
@@ -89,13 +94,10 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
     Example:
         >>> [c.capture["host"] for c in trace("shared/gemm", "3f2a")]
     """
-    stepped = None
-    if not DIGEST_RE.match(key) and (Path(path) / "trajectories").is_dir():  # no trajectories: no such step
-        from ikdata.diffusion.views import step_chains  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
-
-        stepped = step_chains(path, key, _trace)
-    if stepped is not None:
-        return stepped
+    for family in _lineages(path) if not DIGEST_RE.match(key) else ():
+        stepped = family.chains(key, _trace)  # TRAJECTORY[:STEP[:STREAM]]: the workloads of its steps
+        if stepped is not None:
+            return stepped
     ds = Dataset.open(path)
     if not DIGEST_RE.match(key):
         indexed = lookup(ds, key)  # the index: a few lookups and seeks, whatever the number of rows

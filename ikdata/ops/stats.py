@@ -12,6 +12,7 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from ikdata.core import held_records
 from ikdata.core.dataset import Dataset, blob_paths
 from ikdata.core.errors import IkdataError
 
@@ -33,14 +34,20 @@ class Stats:
     stored_bytes: int = 0
     referenced_bytes: int = 0
     problems: int = 0
-    trajectories: dict = field(default_factory=dict)  # diffusion trajectories: counts (ops.trajectories.count)
+    families: tuple = ()  # each family's figures (its ``stats`` hook): ``counted`` (JSON) and ``lines()``
 
     @property
     def dedup_ratio(self) -> float:
         return self.referenced_bytes / self.stored_bytes if self.stored_bytes else 1.0
 
+    def lines(self) -> list[str]:
+        """The families' figures in words (one line for diffusion's trajectories), for a person."""
+        return [line for family in self.families for line in family.lines()]
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "dedup_ratio": round(self.dedup_ratio, 4)}
+        figures = {k: v for k, v in asdict(self).items() if k != "families"}
+        counted = {k: v for family in self.families for k, v in family.counted.items()}
+        return {**figures, **counted, "dedup_ratio": round(self.dedup_ratio, 4)}
 
 
 def compute(ds: Dataset, *, use_index: bool = True) -> Stats:
@@ -60,11 +67,8 @@ def compute(ds: Dataset, *, use_index: bool = True) -> Stats:
     with ThreadPoolExecutor(max_workers=1) as pool:
         scan = pool.submit(lambda: dict(ds.store.iter_blobs()))
         _count_records(ds, stats, uses)
-        from ikdata.diffusion.trajectories import referenced_paths
-        from ikdata.diffusion.views import count as count_trajectories
-
-        uses.update(p for p in referenced_paths(ds.root)[0] if isinstance(p, str))  # trajectories, model weights
-        stats.trajectories = count_trajectories(ds).to_dict()
+        uses.update(_family_references(ds))  # every family's own records (trajectories, model weights)
+        stats.families = _family_stats(ds)
         sizes: dict[str, int] = scan.result()
     stats.unique_blobs = len(sizes)
     stats.stored_bytes = sum(sizes.values())
@@ -99,10 +103,7 @@ def _from_index(ds: Dataset) -> Stats | None:
             totals = index.record_totals(workload_files, receipt_files)
             if totals is None:
                 return None
-            from ikdata.diffusion.trajectories import referenced_paths
-            from ikdata.diffusion.views import count as count_trajectories
-
-            extra: Counter = Counter(p for p in referenced_paths(ds.root)[0] if isinstance(p, str))
+            extra: Counter = Counter(_family_references(ds))
             sizes: dict[str, int] = {}
             for where, _n in totals.unsized + list(extra.items()):
                 if where not in sizes:
@@ -114,10 +115,20 @@ def _from_index(ds: Dataset) -> Stats | None:
     referenced = totals.referenced_bytes
     for where, count in totals.unsized + list(extra.items()):
         referenced += count * _size(ds, {"type": "safetensors", "path": where}, sizes)
-    trajectories = count_trajectories(ds).to_dict()
     return Stats(ds.layout, definitions=len(ds.definitions), workloads=totals.workloads, receipts=totals.receipts,
                  workloads_per_definition=dict(totals.per_definition), unique_blobs=unique, stored_bytes=stored,
-                 referenced_bytes=referenced, problems=len(ds.problems), trajectories=trajectories)
+                 referenced_bytes=referenced, problems=len(ds.problems), families=_family_stats(ds))
+
+
+def _family_references(ds: Dataset) -> list[str]:
+    """The blob paths every family's own records name, once per use (unreadable lines are left to validate)."""
+    return [p for references in held_records.hooks("references", ds.root)
+            for p in references(ds.root)[0] if isinstance(p, str)]
+
+
+def _family_stats(ds: Dataset) -> tuple:
+    """Every family's figures (each hook says zero for a dataset without its records)."""
+    return tuple(stats(ds.root) for stats in held_records.hooks("stats"))
 
 
 def _count_records(ds: Dataset, stats: Stats, uses: Counter) -> None:

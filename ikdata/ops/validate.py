@@ -13,12 +13,13 @@ from typing import Iterator
 
 import orjson
 
-from ikdata.core import repeats, spill
+from ikdata.core import features, held_records, repeats, spill
 from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import RecordError, StoreError, UsageError
 from ikdata.core.problems import Problem
+from ikdata.core.record_kinds import KINDS, RecordKind
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import TensorEntry, canonical_problem
 from ikdata.core.progress import Progress, ProgressCallback
@@ -34,7 +35,7 @@ class ValidationReport:
     definitions: int = 0
     workloads: int = 0
     receipts: int = 0
-    trajectories: int = 0
+    counted: dict[str, int] = field(default_factory=dict)  # what each family's validate hook counted
     blobs_checked: int = 0
     blobs_rehashed: int = 0
     deep: bool = False
@@ -43,9 +44,16 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def __getattr__(self, name: str) -> int:
+        """A family's count by the name its validate hook gave it (``report.trajectories``)."""
+        counted = self.__dict__.get("counted") or {}
+        if name in counted:
+            return counted[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def to_dict(self) -> dict:
         return {"ok": self.ok, "deep": self.deep, "definitions": self.definitions,
-                "workloads": self.workloads, "receipts": self.receipts, "trajectories": self.trajectories,
+                "workloads": self.workloads, "receipts": self.receipts, **self.counted,
                 "blobs_checked": self.blobs_checked, "blobs_rehashed": self.blobs_rehashed,
                 "problems": [p.to_dict() for p in self.problems]}
 
@@ -291,16 +299,13 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += _context_problems(ds, contexts)
     problems += ds.problems
-    from ikdata.diffusion.views import validate_trajectories  # diffusion trajectories and model records
-
-    found, trajectory_uses, report.trajectories = validate_trajectories(ds, rows_by_uuid)
-    problems += found
-    if (ds.root / "census").is_dir():  # capture's census records (schemas/census.schema.json)
-        from ikdata.capture.census import read as read_census
-
-        problems += read_census(ds.root)[1]
-    for use in trajectory_uses:
-        uses.add(*use)
+    for check_family in held_records.hooks("validate"):  # every family's own records (trajectories, models)
+        found = check_family(ds, rows_by_uuid)
+        problems += found.problems
+        report.counted.update(found.counted)
+        for use in found.uses:
+            uses.add(*use)
+    problems += _schema_problems(ds)  # every other kind with a schema (capture's census): record by record
 
     _check_blobs(ds, uses, report, deep=deep, jobs=jobs, prehash=prehash, progress=progress)
 
@@ -320,6 +325,40 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
         hint = repair_hint(ds.root, manifest_stale=bool(stale))  # a killed writer that repair can finish
         if hint:
             problems.append(Problem("ikdata.json", hint, code="needs-repair"))
+
+
+# The record kinds validate reads with readers of its own, which check their schema and what they name.
+_OWN_READERS = ("definition", "workload", "receipt", "validation", "report")
+
+
+def schema_checked_kinds() -> tuple[RecordKind, ...]:
+    """The record kinds validate checks by their schema alone, record by record: those with a schema that no
+    reader of validate's own (definitions, rows, receipts, shared validations, reports) and no family's
+    ``validate`` hook reads. A kind declared with a schema is checked with no code here."""
+    by_family = {kind for feature in features.features() for kind in feature.kinds
+                 if feature.family is not None and feature.family.validate is not None}
+    return tuple(k for k in KINDS if k.schema is not None and k.schema not in _OWN_READERS and k not in by_family)
+
+
+def _schema_problems(ds: Dataset) -> list[Problem]:
+    """Every torn or malformed line, and every record off its schema, in the files of :func:`schema_checked_kinds`
+    (files the path rule refuses are named, never read)."""
+    from ikdata.core.record_checks import check_file
+
+    problems: list[Problem] = []
+    for kind in schema_checked_kinds():
+        place = ds.root / kind.top
+        if not kind.folder:
+            files = [place] if place.is_file() else []
+        elif os.path.lexists(place):
+            files, refused = ds._record_files(place, f"*{kind.suffix}")
+            problems += refused
+        else:
+            continue
+        for path in files:
+            problems += check_file(kind.schema, path, display=ds.rel(path), dataset=ds.root,
+                                   lines=kind.suffix == ".jsonl")
+    return problems
 
 
 def _misnamed_definitions(ds: Dataset, problems: list[Problem]) -> dict[str, str]:
