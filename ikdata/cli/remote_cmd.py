@@ -9,20 +9,14 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
-from ikdata.cli._options import DefinitionsOpt, JsonOpt, QuietOpt, _local_callback, _location_callback
+from ikdata.cli._options import (DatasetArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt, QuietOpt,
+                                 _local_callback, _location_callback, remote_options)
 from ikdata.cli.merge_cmd import RejudgeAllOpt, TrustOpt, TrustReportsOpt, check_trusted_digests
 
 UrlArg = Annotated[str, typer.Argument(help="Remote: a folder, file://, memory://, s3://bucket/prefix or "
                                             "hf://datasets/org/name[@revision].", show_default=False,
                                        metavar="URL", callback=_location_callback)]
-LocalArg = Annotated[str, typer.Argument(help="Dataset folder.", show_default=False, metavar="DIR",
-                                         callback=_local_callback)]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel transfers.")]
-EndpointOpt = Annotated[Optional[str], typer.Option(
-    "--endpoint-url", metavar="URL",
-    help="S3 endpoint (default: AWS_ENDPOINT_URL) or Hub endpoint (default: HF_ENDPOINT).")]
-ProfileOpt = Annotated[Optional[str], typer.Option("--profile", metavar="NAME",
-                                                   help="AWS profile (default: AWS_PROFILE).")]
 RevisionOpt = Annotated[Optional[str], typer.Option("--revision", metavar="REV",
                                                     help="Hub branch or commit (or URL@REV).")]
 PackOpt = Annotated[bool, typer.Option("--pack/--no-pack", help="Send packs as packs and pack small loose blobs "
@@ -51,14 +45,8 @@ Examples:
 """
 
 
-def _options(endpoint_url: str | None, profile: str | None, revision: str | None):
-    from ikdata.remote.url import RemoteOptions
-
-    return RemoteOptions(endpoint_url=endpoint_url, profile=profile, revision=revision)
-
-
 @app.command(epilog=PUSH_EXAMPLES)
-def push(path: LocalArg, url: UrlArg,
+def push(path: DatasetArg, url: UrlArg,
          jobs: JobsOpt = 8, json_: JsonOpt = False, endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
          revision: RevisionOpt = None, quiet: QuietOpt = False, definitions: DefinitionsOpt = None,
          trust_reports: TrustReportsOpt = False, trust: TrustOpt = None, rejudge_all: RejudgeAllOpt = False,
@@ -74,7 +62,7 @@ def push(path: LocalArg, url: UrlArg,
                    rejudge_all=rejudge_all)
     o = out.Output(json=json_, quiet=quiet)
     with o.progress("push", unit="objects") as progress:
-        result = push_mod.push(path, url, options=_options(endpoint_url, profile, revision), jobs=jobs,
+        result = push_mod.push(path, url, options=remote_options(endpoint_url, profile, revision), jobs=jobs,
                                progress=progress, pack=pack, **judging)
     if not o.human:
         o.result(result.to_dict())
@@ -114,7 +102,7 @@ def pull(url: UrlArg, path: Annotated[str, typer.Argument(help="Dataset folder (
     judging = dict(definitions=definitions or (), trust=check_trusted_digests(trust), trust_reports=trust_reports,
                    rejudge_all=rejudge_all)
     with o.progress("pull", unit="objects") as progress:
-        result = pull_mod.pull(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
+        result = pull_mod.pull(url, path, options=remote_options(endpoint_url, profile, revision), jobs=jobs,
                                progress=progress, **judging)
     _report(result, path, o)
 
@@ -129,7 +117,7 @@ def clone(url: UrlArg, path: Annotated[str, typer.Argument(help="New dataset fol
 
     o = out.Output(json=json_, quiet=quiet)
     with o.progress("clone", unit="objects") as progress:
-        result = pull_mod.clone(url, path, options=_options(endpoint_url, profile, revision), jobs=jobs,
+        result = pull_mod.clone(url, path, options=remote_options(endpoint_url, profile, revision), jobs=jobs,
                                 progress=progress)
     _report(result, path, o)
 
