@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
+from ikdata.core.status import Status
 from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt, QuietOpt
 
 REPLAY_EXAMPLES = """
@@ -146,11 +147,13 @@ def replay_command(
             raise UsageError(f"{path}: replaying a URL runs on Ray workers that fetch only the blobs they need: "
                              "add --ray local (or --ray auto), or 'ikdata clone' it first")
         ds = ikdata.open(Path(path), definitions=definitions or ())
-        settings = _diffusion_settings(pipeline, clip, attention, floor_attention, floor_k, floor_eps, seed)
+        settings = _family_settings(dict(pipeline=pipeline, clip=clip, attention=attention,
+                                         floor_attention=floor_attention, floor_k=floor_k, floor_eps=floor_eps,
+                                         seed=seed))
         with o.progress("replay", unit="cases") as callback:
             result = replay(ds, device=device, definitions=definition, shard=shard, resume=resume,
                             report_path=report, trust=trust or (), reuse=reuse, progress=callback,
-                            diffusion=settings)
+                            settings=settings)
     o.problems(result.problems, label="not replayed: ")
     for refusal in result.refused:
         out.err_console.print(f"[red]refused:[/red] {escape(refusal.message)} ({refusal.workloads} workloads not "
@@ -163,9 +166,7 @@ def replay_command(
                           "worker_deaths": cluster.worker_deaths, "fetched_bytes": cluster.fetched_bytes}
 
     def human() -> None:
-        _print_tables(result.report)
-        _print_trajectories(result.report)
-        _print_summary(summary)
+        _print_summary(summary, result.report)
         if cluster is not None:
             out.info(f"ray: {cluster.tasks} tasks on {cluster.workers} CPUs / {cluster.gpus} GPUs "
                      f"({cluster.address}, start-up {cluster.startup_seconds:.1f} s), "
@@ -195,7 +196,7 @@ def replay_combine(
     report_mod.write(output, combined)
     summary = summarize(combined, report_path=output)
     o = out.Output(json=json_, quiet=quiet)
-    o.result(summary, lambda: _print_summary(summary))
+    o.result(summary, lambda: _print_summary(summary, combined, tables=False))
     o.exit(code=summary["exit_code"])
 
 
@@ -223,56 +224,67 @@ def _endpoint_environment(url: str, endpoint_url: Optional[str], profile: Option
         os.environ["AWS_PROFILE"] = profile
 
 
-def _diffusion_settings(pipeline: Optional[str], clips: Optional[list[str]], attention: str, floor_attention: str,
-                        k: Optional[float], eps: Optional[float], seed: Optional[int] = None) -> Any:
-    """The trajectory judge's settings from the options (ikdata.diffusion.replay.Settings)."""
-    from ikdata.diffusion.replay import Settings
+def _family_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """Each family's replay settings from the command's options (its declared ``settings`` hook), by name.
 
-    named: dict[str, str] = {}
-    for item in clips or ():
-        prefix, sep, file = item.partition("=")
-        named[prefix if sep else ""] = file if sep else item
-    defaults = Settings()
-    return Settings(reference_attention=attention, alt_attention=None if floor_attention == "none" else floor_attention,
-                    k=defaults.k if k is None else k, eps=defaults.eps if eps is None else eps, pipeline=pipeline,
-                    clips=named, seed=seed).check()
+    Raises:
+        UsageError: an option a family refuses (an unknown attention name, a negative bound).
+    """
+    from ikdata.judging.families import FAMILIES
+
+    found = {}
+    for family in FAMILIES:
+        hook = family.hook("settings")
+        if hook is not None:
+            found[family.name] = hook(options)
+    return found
 
 
-def _print_trajectories(report: dict[str, Any]) -> None:
-    """Per trajectory: steps passed, worst e/f and where, the first failure, PSNR."""
+def _family_summaries(report: dict[str, Any]) -> list[Any]:
+    """Every family's part of the end summary (its declared ``summary`` hook), in declaration order."""
+    from ikdata.judging.families import FAMILIES
+
+    found: list[Any] = []
+    for family in FAMILIES:
+        hook = family.hook("summary")
+        if hook is not None:
+            found += hook(report)
+    return found
+
+
+def _print_block(table_: Any) -> None:
+    """A family's summary table, then its notes whole, wrapped at spaces, indented under it."""
     from rich.table import Table
 
-    from ikdata.diffusion import table as diffusion_table
-
-    rows = diffusion_table.rows(report)
-    if not rows:
-        return
-    pipelines = sorted({c["definition"].split(":", 1)[1] for c in report["cases"]
-                        if str(c.get("definition", "")).startswith("trajectory:")})
-    table = Table(title=f"diffusion trajectories: {len(rows)} ({', '.join(pipelines)})", title_justify="left")
-    for column in diffusion_table.COLUMNS:
+    table = Table(title=table_.title, title_justify="left")
+    for column in table_.columns:
         table.add_column(column, no_wrap=True, overflow="ellipsis")
-    for row in rows:
+    for row in table_.rows:
         table.add_row(*(escape(c) for c in row))
     out.console.print(table)
-    for line in diffusion_table.notes(report):
-        out.info(textwrap.fill(line, width=max(40, out.console.width), initial_indent="  ",
-                               subsequent_indent="      ", break_long_words=False, break_on_hyphens=False))
+    for line in table_.notes:
+        out.info(_wrapped(line))
+
+
+def _wrapped(line: str) -> str:
+    return textwrap.fill(line, width=max(40, out.console.width), initial_indent="  ", subsequent_indent="      ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 _LISTED = 20  # a definition with more cases lists only those that did not pass
 
 
-def _print_tables(report: dict[str, Any]) -> None:
+def _print_tables(report: dict[str, Any], covered: frozenset[str] = frozenset()) -> None:
     """One table per definition, laid out for the terminal's width: columns are dropped or cut,
-    never wrapped (notes that do not fit are printed whole under the table)."""
+    never wrapped (notes that do not fit are printed whole under the table). Definitions a family's
+    summary table lists (``covered``) are left to it."""
     from rich.table import Table
 
     from ikdata.replay.summary import case_rows, fit_table
 
     for name, rows in case_rows(report).items():
-        if name.startswith("trajectory:"):
-            continue  # their own table (_print_trajectories)
+        if name in covered:
+            continue  # a family's own table lists them
         shown = rows if len(rows) <= _LISTED else [r for r in rows if r[2] != "passed"]
         layout = fit_table(shown, out.console.width)
         table = Table(title=f"{name}: {len(rows)} cases", title_justify="left")
@@ -282,15 +294,25 @@ def _print_tables(report: dict[str, Any]) -> None:
             table.add_row(*row)
         out.console.print(table)
         for uuid, note in layout.notes:  # whole, wrapped at spaces, indented under the table
-            out.info(textwrap.fill(f"{uuid}: {note}", width=max(40, out.console.width), initial_indent="  ",
-                                   subsequent_indent="      ", break_long_words=False, break_on_hyphens=False))
+            out.info(_wrapped(f"{uuid}: {note}"))
         if len(shown) < len(rows):
             out.info(f"  ({len(rows) - len(shown)} passed cases not listed; see the report)")
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: dict[str, Any], report: dict[str, Any], *, tables: bool = True) -> None:
+    """The per-definition tables (unless ``tables`` is False), every family's summary, then one line of counts."""
+    from ikdata.judging.summary_table import SummaryTable
+
+    blocks = _family_summaries(report)
+    if tables:
+        _print_tables(report, frozenset(d for b in blocks if isinstance(b, SummaryTable) for d in b.covers))
+    for block in blocks:  # trajectories; sampling verdicts with alpha, p-values and detectable shifts
+        if isinstance(block, SummaryTable):
+            _print_block(block)
+        else:
+            out.info(block)
     counts = summary["counts"]
-    parts = [f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped") if counts[k]]
+    parts = [f"{counts[k]} {k}" for k in Status if counts[k]]
     if counts["reused"]:
         parts.append(f"{counts['reused']} reused")
     if summary["refused"]:
@@ -299,8 +321,4 @@ def _print_summary(summary: dict[str, Any]) -> None:
         parts.append(f"{len(summary['problems'])} unreadable records")
     if summary.get("not_judged"):  # no power claimed there: --strict exits 1
         parts.append(f"{len(summary['not_judged'])} sampling verdict(s) not judged (too few draws; --strict fails)")
-    from ikdata.sampling.judge import verdict_lines
-
-    for line in verdict_lines(summary.get("sampling") or []):  # alpha, p-values and detectable shifts
-        out.info(line)
     out.info(f"{', '.join(parts) or 'nothing to replay'} — report: {summary['report']}")

@@ -10,6 +10,7 @@ import typer
 from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.cli._options import JsonOpt, QuietOpt
+from ikdata.core.status import Status
 
 REPORT_EXAMPLES = """
 \b
@@ -58,7 +59,7 @@ def report_command(
     trajectories = sum(1 for c in report["cases"] if str(c.get("definition", "")).startswith("trajectory:"))
     document = {"report": str(source), "html": str(written), "cases": len(report["cases"]),
                 "trajectories": trajectories, "bytes": written.stat().st_size,
-                "failing": sum(1 for c in report["cases"] if c.get("status") in ("failed", "error")),
+                "failing": sum(1 for c in report["cases"] if c.get("status") in (Status.FAILED, Status.ERROR)),
                 "plotly_js": str(library) if library else None, "problems": [p.to_dict() for p in problems]}
     o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, {trajectories} "
                                         f"trajectories, {document['failing']} failing, "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ikdata.core.errors import RecordError
 from ikdata.core.records import TensorRef
 from ikdata.core.repeats import first_receipts
+from ikdata.core.status import Status
 from ikdata.diffusion import trajectories as traj_mod
 
 if TYPE_CHECKING:  # the settings module loads torch; owning a definition needs none
@@ -26,7 +27,7 @@ def is_denoiser(definition: Any) -> bool:
 def settle_step(run: Any, row: Any, case: dict[str, Any]) -> dict[str, Any]:
     """The diffusion family's settle (:mod:`ikdata.judging.families`): a denoiser step needs the model and
     the floor, so its case waits for its trajectory's."""
-    return {**case, "status": "skipped",
+    return {**case, "status": Status.SKIPPED,
             "reason": "a denoiser step: judged with its noise floor by its trajectory's case (trajectory:...)"}
 
 
@@ -36,11 +37,9 @@ def finish(run: Any, *, shard: Any = None, settings: Settings | None = None) -> 
         return
     from ikdata.diffusion.judge_context import RunnerHooks
     from ikdata.diffusion.replay import judge_all
-    from ikdata.replay import runner
 
     try:
-        judge_all(run, RunnerHooks(runner._load_tensor, runner._reference, runner._name_outputs), shard=shard,
-                  settings=settings)
+        judge_all(run, RunnerHooks(), shard=shard, settings=settings)
     finally:
         run.cache.flush()
 

@@ -1,6 +1,6 @@
 """What judging one dataset's trajectories shares: the run (blobs, trust), its rows, the settings, the tensors
-verified once, the denoiser models built once, the user's reference pipeline; and the runner's functions the
-judge calls (passed in: the runner finishes families, so this package never imports it back at module level)."""
+verified once, the denoiser models built once, the user's reference pipeline; and the replay loop's functions the
+judge calls (:mod:`ikdata.replay.api`, its public interface for families)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ from ikdata.core.records import TensorRef
 from ikdata.core.store import digest_from_path
 from ikdata.diffusion.reference_pipeline import load_pipeline
 from ikdata.diffusion.settings import Settings
+from ikdata.replay import api
 
 CACHE_BYTES = 1 << 30  # verified tensors kept per run: conditioning repeats across steps, x is the last x_next
 
 
 @dataclass(frozen=True)
 class RunnerHooks:
-    """The replay runner's functions this judge uses (passed in: the runner imports this module, not back)."""
+    """The replay loop's functions this judge uses: the public ones of :mod:`ikdata.replay.api` unless a caller
+    (a benchmark) passes its own."""
 
-    load_tensor: Callable[..., tuple[torch.Tensor, str]]  # (run, TensorRef, where) -> (tensor, digest), verified
-    reference: Callable[..., Any]  # (run, definition, row) -> the trusted reference's run, or None if refused
-    name_outputs: Callable[..., dict]  # (definition, returned) -> {output name: value}
+    load_tensor: Callable[..., tuple[torch.Tensor, str]] = api.load_tensor  # (run, TensorRef, where) -> verified
+    reference: Callable[..., Any] = api.reference  # (run, definition, row) -> the trusted reference, None if refused
+    name_outputs: Callable[..., dict] = api.name_outputs  # (definition, returned) -> {output name: value}
 
 
 class Context:

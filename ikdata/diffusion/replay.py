@@ -28,6 +28,7 @@ import torch
 
 from ikdata.core.errors import RecordError
 from ikdata.core.records import TensorRef
+from ikdata.core.status import Status
 from ikdata.core.store import digest_from_path
 from ikdata.diffusion import pipelines as families
 from ikdata.diffusion import step_calls, step_measure
@@ -36,6 +37,7 @@ from ikdata.diffusion import trajectory_reuse
 from ikdata.diffusion import verdicts as rules
 from ikdata.diffusion.judge_context import Context, RunnerHooks
 from ikdata.diffusion.settings import Settings
+from ikdata.replay.api import Run
 
 PREFIX = "trajectory:"
 
@@ -62,7 +64,7 @@ def judge(ctx: Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         settings = ctx.settings
         located = isinstance(exc, RecordError) and exc.path == traj.source  # the message names file, line, pointer
         reason = str(exc) if located else f"{traj.source}:{traj.line}: {type(exc).__name__}: {exc}"
-        case.update(status="error", reason=reason,
+        case.update(status=Status.ERROR, reason=reason,
                     error=traceback.format_exc(), seconds=time.perf_counter() - started,
                     trajectory={"k": settings.k, "eps": settings.eps, "steps": [], "workloads": workloads,
                                 "attention": {"reference": settings.reference_attention,
@@ -100,14 +102,14 @@ def _workloads(ctx: Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
     return found
 
 
-def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Settings | None = None,
+def judge_all(run: Run, hooks: RunnerHooks, *, shard: Any = None, settings: Settings | None = None,
               progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Judge every trajectory of ``run.ds`` not already in the report (resume), in this shard; add each
     case to the report as it is decided. Returns the new cases."""
     settings = (settings or Settings()).check()
     found = traj_mod.read_all(run.ds.root)
     trajectories = [t for t in found.trajectories if shard is None or shard.contains(t.id)]
-    todo = [t for t in trajectories if t.id not in run.out.by_uuid]
+    todo = [t for t in trajectories if run.recorded(t.id) is None]
     if not todo:
         return []
     ctx = Context(run, settings, hooks)
@@ -124,11 +126,12 @@ def judge_all(run: Any, hooks: RunnerHooks, *, shard: Any = None, settings: Sett
             if key is not None:
                 case["reuse_key"] = key
             run.cache.remember(case)
-        run.out.add(case)
+        run.record(case)
         cases.append(case)
         for step_case in rules.step_cases(case):  # its step workloads' cases follow from it
-            if step_case["uuid"] in run.out.by_uuid:
-                run.out.add(rules.with_operator_facts(run.out.by_uuid[step_case["uuid"]], step_case))
+            earlier = run.recorded(step_case["uuid"])
+            if earlier is not None:
+                run.record(rules.with_operator_facts(earlier, step_case))
         if progress:
             progress(case)
     return cases

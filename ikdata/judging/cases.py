@@ -182,7 +182,7 @@ class Report:
     @classmethod
     def from_json(cls, data: Any, *, path: str = "<report>", families: Iterable[str] | None = None) -> Report:
         """A report from its JSON document; ``families`` are the names whose top-level lists are group
-        verdicts (default: every declared family).
+        verdicts (default: every family that decides over groups, :attr:`Family.judges`).
 
         Raises:
             RecordError: located at ``path`` and the JSON pointer of the first bad field.
@@ -238,7 +238,7 @@ class Report:
 def _family_names() -> tuple[str, ...]:
     from ikdata.judging.families import FAMILIES
 
-    return tuple(f.name for f in FAMILIES)
+    return tuple(f.name for f in FAMILIES if f.judges)
 
 
 def read_report(path: str | os.PathLike) -> Report:

@@ -108,8 +108,8 @@ class ReplayResult:
 def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | None = None,
            shard: Shard | str | None = None, resume: bool = False, report_path: str | Path | None = None,
            trust: Iterable[str] = (), reuse: bool = True, cache_path: str | Path | None = None,
-           progress: Callable[[Progress], None] | None = None, diffusion: Any = None,
-           uuids: Iterable[str] | None = None) -> ReplayResult:
+           progress: Callable[[Progress], None] | None = None, uuids: Iterable[str] | None = None,
+           settings: Mapping[str, Any] | None = None, **family_settings: Any) -> ReplayResult:
     """Replay every workload with expected outputs and write the report after each case.
 
     Args:
@@ -123,21 +123,26 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
         reuse: take the verdict of an identical case judged before (see :mod:`ikdata.replay.reuse`).
         cache_path: the reuse cache file (default :func:`default_cache_path`).
         progress: called after every case (library code never prints).
-        diffusion: how trajectories are judged (:class:`ikdata.diffusion.replay.Settings`; default settings).
         uuids: only these workloads (import re-judges a source's claims so); like ``definitions``, a narrowed
             run leaves out the families that need the whole run (trajectories).
+        settings: each family's settings by its name, as its ``settings`` hook makes them from the command's
+            options (a family not named judges with its defaults).
+        family_settings: one family's settings as a keyword named as the family, the same as in ``settings``
+            (``diffusion=Settings(k=3.0)``).
 
     Returns:
         The result; ``result.exit_code`` is 0 only when every replayed case passed.
 
     Raises:
         UsageError: an unknown device or definition name, a bad shard, or a report that cannot be resumed.
+        TypeError: a keyword that names no family.
 
     Example:
         >>> result = replay(ikdata.open("runs/gemm", definitions=["my-defs"]), device="cuda")
         >>> result.counts["failed"]
         0
     """
+    settings = _settings_by_family(settings, family_settings)
     shard = Shard.parse(shard) if isinstance(shard, str) else shard
     run, rows, seen_problems = _start(ds, device=device, definitions=definitions, shard=shard, resume=resume,
                                       report_path=report_path, trust=trust, reuse=reuse, cache_path=cache_path)
@@ -163,8 +168,18 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
     finally:
         run.cache.flush()
     # every family decides what spans cases (pooled sampling tests, trajectories), resumed cases included
-    families.finish_all(run, shard=shard, narrowed=bool(definitions) or uuids is not None, settings={"diffusion": diffusion})
+    families.finish_all(run, shard=shard, narrowed=bool(definitions) or uuids is not None, settings=settings)
     return _finish(run, seen_problems, resumed)
+
+
+def _settings_by_family(settings: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` and the keywords named as families, merged; a keyword that names no family is refused."""
+    names = {family.name for family in families.FAMILIES}
+    unknown = sorted(set(keywords) - names)
+    if unknown:
+        raise TypeError(f"replay() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; a family's "
+                        f"settings are named as the family: {', '.join(sorted(names))}")
+    return {**(settings or {}), **{k: v for k, v in keywords.items() if v is not None}}
 
 
 def _start(ds: Dataset, *, device: str, definitions: Iterable[str] | None, shard: Shard | None, resume: bool,

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ikdata.core.status import Status
+from ikdata.judging import families
+from ikdata.judging.cases import TOO_SMALL
 
 STATUSES = tuple(Status)
 CASE_COLUMNS = ("uuid", "axes", "status", "max abs", "rel rms", "cos", "mism", "s", "note")
@@ -34,19 +36,27 @@ def exit_code(report: Mapping[str, Any], *, strict: bool = False) -> int:
     return 1 if failed or (strict and not_judged(report)) else 0
 
 
+def group_families() -> tuple[Any, ...]:
+    """The families that decide verdicts over groups of cases (:attr:`Family.judges`): the report lists each
+    one's group verdicts under its name."""
+    return tuple(f for f in families.FAMILIES if f.judges)
+
+
 def not_judged(report: Mapping[str, Any]) -> list[str]:
-    """Statistical verdicts with no power: each "definition: why, and the draws it would need"."""
+    """Group verdicts with no power: each "definition: why, and the draws it would need"."""
     found = []
-    for group in report.get("sampling") or ():
-        whys = list(group.get("not_judged") or ())
-        if group.get("verdict") == "too_small" and not whys:
-            whys = ["too few draws to judge"]
-        found += [f"{group.get('definition')}: {why}" for why in whys]
+    for family in group_families():
+        for group in report.get(family.name) or ():
+            whys = list(group.get("not_judged") or ())
+            if group.get("verdict") == TOO_SMALL and not whys:
+                whys = ["too few draws to judge"]
+            found += [f"{group.get('definition')}: {why}" for why in whys]
     return found
 
 
 def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str, Any]:
-    """The ``--json`` summary: counts, exit code, refusals, and every case that did not pass."""
+    """The ``--json`` summary: counts, exit code, refusals, every case that did not pass, and each group
+    family's verdicts under its name (the statistical ones: docs/sampling.md)."""
     return {
         "report": str(report_path), "device": report.get("device"), "torch": report.get("torch"),
         "shard": report.get("shard"), "counts": counts(report), "exit_code": exit_code(report),
@@ -54,7 +64,7 @@ def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str
         "refused": list(report.get("refused") or []),
         "not_passed": [{k: case.get(k) for k in ("definition", "uuid", "axes", "status", "reason")}
                        for case in report["cases"] if case["status"] != Status.PASSED],
-        "sampling": list(report.get("sampling") or []),  # statistical verdicts (docs/sampling.md)
+        **{family.name: list(report.get(family.name) or []) for family in group_families()},
     }
 
 
@@ -156,5 +166,5 @@ def fit_table(rows: Sequence[Sequence[str]], width: int) -> TableLayout:
     return TableLayout(tuple(columns), tuple(tuple(r) for r in table), tuple(notes))
 
 
-__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table", "not_judged", "summarize",
-           "table_width"]
+__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table", "group_families",
+           "not_judged", "summarize", "table_width"]

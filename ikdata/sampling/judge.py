@@ -254,4 +254,10 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-__all__ = ["verdict_lines", "AWAITING", "decide_all", "execute", "execute_case", "finish", "is_sampling", "judge_settings", "regroup"]
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """The sampling family's part of replay's end summary (its ``summary`` hook): each definition's pooled
+    verdict with alpha, p-values and detectable shifts."""
+    return verdict_lines(report.get(JUDGE) or [])
+
+
+__all__ = ["summary_lines", "verdict_lines", "AWAITING", "decide_all", "execute", "execute_case", "finish", "is_sampling", "judge_settings", "regroup"]
