@@ -240,18 +240,6 @@ def _family_settings(options: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _family_summaries(report: dict[str, Any]) -> list[Any]:
-    """Every family's part of the end summary (its declared ``summary`` hook), in declaration order."""
-    from ikdata.judging.families import FAMILIES
-
-    found: list[Any] = []
-    for family in FAMILIES:
-        hook = family.hook("summary")
-        if hook is not None:
-            found += hook(report)
-    return found
-
-
 def _print_block(table_: Any) -> None:
     """A family's summary table, then its notes whole, wrapped at spaces, indented under it."""
     from rich.table import Table
@@ -302,13 +290,15 @@ def _print_tables(report: dict[str, Any], covered: frozenset[str] = frozenset())
 def _print_summary(summary: dict[str, Any], report: dict[str, Any], *, tables: bool = True) -> None:
     """The per-definition tables (unless ``tables`` is False), every family's summary, then one line of counts."""
     from ikdata.judging.summary_table import SummaryTable
+    from ikdata.replay.summary import family_summaries
 
-    blocks = _family_summaries(report)
+    blocks = family_summaries(report)
     if tables:
         _print_tables(report, frozenset(d for b in blocks if isinstance(b, SummaryTable) for d in b.covers))
     for block in blocks:  # trajectories; sampling verdicts with alpha, p-values and detectable shifts
         if isinstance(block, SummaryTable):
-            _print_block(block)
+            if block.rows:
+                _print_block(block)
         else:
             out.info(block)
     counts = summary["counts"]

@@ -44,6 +44,7 @@ def report_command(
     Exit 0 when the page was written from a clean report; 1 when the report cannot be read (no page), or
     when the page was written but some of its values could not be drawn.
     """
+    from ikdata.judging.cases import read_report
     from ikdata.ops import report_html
 
     o = out.Output(json=json_, quiet=quiet)
@@ -52,17 +53,18 @@ def report_command(
 
         raise UsageError(f"--html {html}: no such folder {Path(html).parent}; create it first")
     source = report_html.report_path_for(target)
-    report = report_html.load_report(source)
+    report = read_report(source).to_json()
     written, problems = report_html.write_html(report, html, title=f"ikdata replay report: {target}",
                                                path=str(source), self_contained=self_contained)
     library = None if self_contained else written.parent / report_html.plotly_js_name()
-    trajectories = sum(1 for c in report["cases"] if str(c.get("definition", "")).startswith("trajectory:"))
+    counted = _counted(report)
     document = {"report": str(source), "html": str(written), "cases": len(report["cases"]),
-                "trajectories": trajectories, "bytes": written.stat().st_size,
+                **counted, "bytes": written.stat().st_size,
                 "failing": sum(1 for c in report["cases"] if c.get("status") in (Status.FAILED, Status.ERROR)),
                 "plotly_js": str(library) if library else None, "problems": [p.to_dict() for p in problems]}
-    o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, {trajectories} "
-                                        f"trajectories, {document['failing']} failing, "
+    o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, "
+                                        + "".join(f"{n} {noun}, " for noun, n in counted.items())
+                                        + f"{document['failing']} failing, "
                                         f"{out.human_bytes(document['bytes'])}) from {source}"
                                         + (f", with {library.name} beside it" if library else "")
                                         + "; open it in a browser"
@@ -70,3 +72,20 @@ def report_command(
                                            if problems else "")))
     o.problems(problems)
     o.exit(problems)
+
+
+def _counted(report: dict) -> dict[str, int]:
+    """What each family's summary table counts (``{"trajectories": 3}``). A report the page draws may hold values
+    of the wrong type (listed on the page); a family whose summary they break is not counted."""
+    from ikdata.judging.families import FAMILIES
+    from ikdata.judging.summary_table import SummaryTable
+
+    found: dict[str, int] = {}
+    for family in FAMILIES:
+        hook = family.hook("summary")
+        try:
+            blocks = hook(report) if hook is not None else []
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+        found.update({b.noun: len(b.rows) for b in blocks if isinstance(b, SummaryTable) and b.noun})
+    return found

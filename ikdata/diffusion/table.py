@@ -77,17 +77,15 @@ def notes(report: Mapping[str, Any]) -> list[str]:
 
 def summary_lines(report: Mapping[str, Any]) -> list[Any]:
     """The diffusion family's part of replay's end summary (its ``summary`` hook): one table of the
-    trajectories (steps passed, worst e/f and where, PSNR), with their notes under it; nothing without any."""
+    trajectories (steps passed, worst e/f and where, PSNR), with their notes under it (no rows without any)."""
     from ikdata.judging.summary_table import SummaryTable
 
     found = rows(report)
-    if not found:
-        return []
     covers = frozenset(str(c["definition"]) for c in report.get("cases") or []
                        if str(c.get("definition", "")).startswith(PREFIX))
     pipelines = sorted(name[len(PREFIX):] for name in covers)
     return [SummaryTable(f"diffusion trajectories: {len(found)} ({', '.join(pipelines)})", COLUMNS,
-                         tuple(tuple(r) for r in found), tuple(notes(report)), covers)]
+                         tuple(tuple(r) for r in found), tuple(notes(report)), covers, noun="trajectories")]
 
 
 __all__ = ["COLUMNS", "notes", "rows", "summary_lines"]

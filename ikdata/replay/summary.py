@@ -68,6 +68,17 @@ def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str
     }
 
 
+def family_summaries(report: Mapping[str, Any]) -> list[Any]:
+    """Every family's part of the end summary (its declared ``summary`` hook), in declaration order: lines
+    and :class:`ikdata.judging.summary_table.SummaryTable` blocks."""
+    found: list[Any] = []
+    for family in families.FAMILIES:
+        hook = family.hook("summary")
+        if hook is not None:
+            found += hook(report)
+    return found
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.2g}"
@@ -166,5 +177,6 @@ def fit_table(rows: Sequence[Sequence[str]], width: int) -> TableLayout:
     return TableLayout(tuple(columns), tuple(tuple(r) for r in table), tuple(notes))
 
 
-__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table", "group_families",
+__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "family_summaries", "fit_table",
+           "group_families",
            "not_judged", "summarize", "table_width"]
