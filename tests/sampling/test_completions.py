@@ -145,7 +145,7 @@ def test_cli_import_of_completions(tmp_path):
 def test_html_report_draws_tv_against_its_null_and_the_pit(tmp_path):
     pytest.importorskip("plotly")
     import ikdata
-    from ikdata.ops.report_html import sampling_figures
+    from ikdata.sampling.report_figures import sampling_figures
     from ikdata.replay.runner import replay
 
     rng = np.random.default_rng(5)

@@ -12,7 +12,9 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from ikdata.ops.report_html import draw, operator_figure, sampling_figures, trajectory_figures  # noqa: E402
+from ikdata.diffusion.report_figures import trajectory_figures  # noqa: E402
+from ikdata.ops.report_html import draw, operator_figure  # noqa: E402
+from ikdata.sampling.report_figures import sampling_figures  # noqa: E402
 
 
 def _greedy_report() -> dict:
