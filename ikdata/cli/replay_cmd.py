@@ -273,7 +273,7 @@ def _print_tables(report: dict[str, Any], covered: frozenset[str] = frozenset())
     for name, rows in case_rows(report).items():
         if name in covered:
             continue  # a family's own table lists them
-        shown = rows if len(rows) <= _LISTED else [r for r in rows if r[2] != "passed"]
+        shown = rows if len(rows) <= _LISTED else [r for r in rows if r[2] != Status.PASSED]
         layout = fit_table(shown, out.console.width)
         table = Table(title=f"{name}: {len(rows)} cases", title_justify="left")
         for column in layout.columns:

@@ -167,7 +167,7 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any] | None = None,
     if not isinstance(measures, Mapping):
         return None
     if case.get("status") != Status.PASSED:
-        return [f"status is {case.get('status')!r}, not 'passed'"]
+        return [f"status is {case.get('status')!r}, not {Status.PASSED!r}"]
     try:
         k, eps = float(measures["k"]), float(measures["eps"])
     except (KeyError, TypeError, ValueError):

@@ -33,6 +33,7 @@ from ikdata.core.trust import is_trusted
 from ikdata.importing.foreign import LeftOut, Source, TensorSource, read_source
 from ikdata.core.problems import Problem
 from ikdata.core.records import WorkloadRow
+from ikdata.core.status import Status
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
 from ikdata.core.verdicts import REPORT_FORMAT, expand_validation, recheck, share_validation
 from ikdata.importing.checks import check_against_blobs
@@ -103,7 +104,7 @@ def _seed_reasons(case: dict, report: dict, row: dict, receipt: dict) -> list[st
     rehashed, and the user vouches for the definitions by naming them with --definitions.
     """
     reasons = []
-    if case.get("status") != "passed":
+    if case.get("status") != Status.PASSED:
         reasons.append(f"status is {case.get('status')!r}")
     errors = case.get("max_absolute_errors")
     if not isinstance(errors, list) or len(errors) != len(receipt["expected_output"]):

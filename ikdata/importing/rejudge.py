@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ikdata.core.problems import Problem
+from ikdata.core.status import Status
 
 CONFIDENCE = 0.99  # the chance that a sample holds a forged case, when at least FORGED of them are
 FORGED = 0.05
@@ -133,12 +134,12 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
     problems, disagreeing, reasons = [], [], []
     for uuid in sorted(chosen, key=lambda u: (definition_of[u], u)):
         case, name = cases.get(uuid), definition_of[uuid]
-        if case is not None and case.get("status") == "passed":
+        if case is not None and case.get("status") == Status.PASSED:
             continue
         if case is None:
             found = f"it could not be re-judged: {refused.get(name, 'the replay gave no case for it')}"
         else:
-            verb = {"failed": "fails", "error": "errors"}.get(case.get("status"), f"is {case.get('status')}")
+            verb = {Status.FAILED: "fails", Status.ERROR: "errors"}.get(case.get("status"), f"is {case.get('status')}")
             found = f"re-judged here, it {verb}: {case.get('reason') or 'no reason given'}"
         reason = f"SRC's report says it passed, but {found}"
         problems.append(Problem(source.where.get(uuid, str(source.root)), f"workload {uuid} ({name}): {reason}",
