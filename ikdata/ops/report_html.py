@@ -39,35 +39,12 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-import orjson
-
-from ikdata.core import schema
-from ikdata.core.errors import RecordError
 from ikdata.core.problems import Problem
+from ikdata.core.status import Status
 from ikdata.core.store import write_atomic
 from ikdata.judging import families
 from ikdata.ops.report_parts import (NOT_A_NUMBER, CaseView, Checks, FamilySection, axes, escape, is_number, label,
                                      plotly, reason_text, zeros_on_log_axis)
-
-
-def load_report(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and schema-check a replay report.
-
-    Raises:
-        RecordError: not JSON, or not a replay report (each problem named).
-    """
-    path = Path(path)
-    try:
-        report = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise RecordError("no replay report here; run 'ikdata replay' on the dataset first", path=str(path)) from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise RecordError(f"cannot read the replay report: {exc}", path=str(path)) from exc
-    problems = schema.check("report", report, path=str(path))
-    if problems:
-        raise RecordError("not a replay report: " + "; ".join(f"{p.pointer} {p.message}" for p in problems[:5]),
-                          path=str(path))
-    return report
 
 
 def operator_figure(cases: list[Mapping[str, Any]], checks: Checks | None = None,
@@ -249,7 +226,7 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
             anchor = view.anchor if view is not None else ("operators" if n in drawn_operators else None)
             shown = _operator_view(case, n, checks, anchor)
             views[n] = shown if view is None else CaseView(view.definition, shown.what, anchor)
-    failing = [(c, views[n]) for n, c in cases if c.get("status") in ("failed", "error")]
+    failing = [(c, views[n]) for n, c in cases if c.get("status") in (Status.FAILED, Status.ERROR)]
     if failing:
         parts.insert(failing_at, _failing_table(failing))
     if cases:  # every page lists what was judged, closed unless something failed
@@ -320,5 +297,5 @@ def report_path_for(target: str | os.PathLike) -> Path:
     return target
 
 
-__all__ = ["NOT_A_NUMBER", "Checks", "draw", "load_report", "operator_figure", "plotly_js_name", "render",
+__all__ = ["NOT_A_NUMBER", "Checks", "draw", "operator_figure", "plotly_js_name", "render",
            "report_path_for", "write_html", "write_plotly_js"]
