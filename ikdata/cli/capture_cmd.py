@@ -70,9 +70,9 @@ def capture(
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
         provenance=provenance, streams=_split(streams))
     o = out.Output(json=json_, quiet=quiet)
-    from ikdata.core.held_records import hooks
+    from ikdata.core.dataset import family_hooks
 
-    family_stats = hooks("stats")  # every family's figures before and after: what the run added (trajectories)
+    family_stats = family_hooks("stats")  # every family's figures before and after: what the run added (trajectories)
     before = [stats(into) for stats in family_stats]
     with out.stdout_to_stderr(json_):  # the program's own output must not mix with the JSON document
         result = run_capture(config, command)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ikdata.core import features, held_records
+from ikdata.core import features
+from ikdata.core.dataset import family_hooks
 from ikdata.core.record_checks import check_file
 from ikdata.core.paths import text_refusal
 from ikdata.core.problems import Problem
@@ -47,7 +48,7 @@ def plan_carried(src: Path, dst: Path, admitted: set[str]) -> Carried:
     """The records of SRC to carry into DST, given the workload uuids that will be in DST after the import
     (``admitted``: added now or already there)."""
     carried = Carried()
-    for carry in held_records.hooks("carried", src):  # the families whose records SRC holds
+    for carry in family_hooks("carried", src):  # the families whose records SRC holds
         carry(src, dst, admitted, carried)
     if admitted:
         for kind in carried_whole():

@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ikdata.core import held_records
-from ikdata.core.dataset import Dataset
+from ikdata.core.dataset import Dataset, family_hooks
 from ikdata.core.errors import ProblemsFound
 from ikdata.core.records import TensorRef
 from ikdata.core.store import digest_from_path
@@ -102,7 +101,7 @@ def diff(a: str | os.PathLike, b: str | os.PathLike) -> DatasetDiff:
     for uuid, (definition, _) in rows_a.items():
         if uuid not in rows_b:
             note(definition, "removed", uuid)
-    families = tuple(family_diff(left, right) for family_diff in held_records.hooks("diff"))
+    families = tuple(family_diff(left, right) for family_diff in family_hooks("diff"))
     defs_a = {n: d.digest for n, d in left.definitions.items()}
     defs_b = {n: d.digest for n, d in right.definitions.items()}
     return DatasetDiff(

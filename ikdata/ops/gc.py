@@ -56,7 +56,7 @@ class GcResult:
 
 
 def referenced_blobs(root: Path) -> BlobPathSet:
-    """Dataset-relative paths of every blob a row, receipt, trajectory or model record names, normalised
+    """Dataset-relative paths of every blob a row, a receipt or a family's own record (a trajectory) names, normalised
     (a row that names a blob by a roundabout path still keeps it; validate reports the path), in about
     32 bytes per distinct blob (:class:`~ikdata.core.blob_set.BlobPathSet`).
 

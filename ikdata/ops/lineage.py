@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from ikdata.core.dataset import Dataset
+from ikdata.core.dataset import Dataset, family_hooks
 from ikdata.core.index import lookup
 from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.core.problems import Problem
@@ -78,9 +78,7 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
 def _lineages(path: str | os.PathLike) -> list[Any]:
     """The lineage of every family whose records the dataset holds (its declared ``lineage`` hook): only such a
     dataset pays for the family's modules."""
-    from ikdata.core.held_records import hooks
-
-    return [found for lineage in hooks("lineage", path) if (found := lineage(path)) is not None]
+    return [found for lineage in family_hooks("lineage", path) if (found := lineage(path)) is not None]
 
 
 def _trace(path: str | os.PathLike, key: str) -> list[Chain]:

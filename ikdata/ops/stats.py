@@ -12,8 +12,7 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from ikdata.core import held_records
-from ikdata.core.dataset import Dataset, blob_paths
+from ikdata.core.dataset import Dataset, blob_paths, family_hooks
 from ikdata.core.errors import IkdataError
 
 
@@ -122,13 +121,13 @@ def _from_index(ds: Dataset) -> Stats | None:
 
 def _family_references(ds: Dataset) -> list[str]:
     """The blob paths every family's own records name, once per use (unreadable lines are left to validate)."""
-    return [p for references in held_records.hooks("references", ds.root)
+    return [p for references in family_hooks("references", ds.root)
             for p in references(ds.root)[0] if isinstance(p, str)]
 
 
 def _family_stats(ds: Dataset) -> tuple:
     """Every family's figures (each hook says zero for a dataset without its records)."""
-    return tuple(stats(ds.root) for stats in held_records.hooks("stats"))
+    return tuple(stats(ds.root) for stats in family_hooks("stats"))
 
 
 def _count_records(ds: Dataset, stats: Stats, uses: Counter) -> None:

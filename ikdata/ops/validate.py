@@ -13,8 +13,8 @@ from typing import Iterator
 
 import orjson
 
-from ikdata.core import features, held_records, repeats, spill
-from ikdata.core.dataset import Dataset
+from ikdata.core import features, repeats, spill
+from ikdata.core.dataset import Dataset, family_hooks
 from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import RecordError, StoreError, UsageError
@@ -299,7 +299,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += _context_problems(ds, contexts)
     problems += ds.problems
-    for check_family in held_records.hooks("validate"):  # every family's own records (trajectories, models)
+    for check_family in family_hooks("validate"):  # every family's own records (trajectories, models)
         found = check_family(ds, rows_by_uuid)
         problems += found.problems
         report.counted.update(found.counted)
