@@ -132,6 +132,8 @@ def replay_command(
         require_dataset(path)  # and never into a folder that holds no dataset
     else:
         _endpoint_environment(path, endpoint_url, profile)
+    settings = _family_settings(dict(pipeline=pipeline, clip=clip, attention=attention, floor_attention=floor_attention,
+                                     floor_k=floor_k, floor_eps=floor_eps, seed=seed))
     cluster = None
     if ray is not None:
         from ikdata.replay.distributed import replay_on_ray
@@ -141,15 +143,12 @@ def replay_command(
         with o.progress("replay", unit="cases") as callback:
             result, cluster = replay_on_ray(path, address=ray, device=device, definitions=definition,
                                             definition_folders=definitions or (), resume=resume, report_path=report,
-                                            trust=trust or (), reuse=reuse, progress=callback)
+                                            trust=trust or (), reuse=reuse, progress=callback, settings=settings)
     else:
         if is_url(path):
             raise UsageError(f"{path}: replaying a URL runs on Ray workers that fetch only the blobs they need: "
                              "add --ray local (or --ray auto), or 'ikdata clone' it first")
         ds = ikdata.open(Path(path), definitions=definitions or ())
-        settings = _family_settings(dict(pipeline=pipeline, clip=clip, attention=attention,
-                                         floor_attention=floor_attention, floor_k=floor_k, floor_eps=floor_eps,
-                                         seed=seed))
         with o.progress("replay", unit="cases") as callback:
             result = replay(ds, device=device, definitions=definition, shard=shard, resume=resume,
                             report_path=report, trust=trust or (), reuse=reuse, progress=callback,
@@ -201,6 +200,7 @@ def replay_combine(
 
 
 def _is_shard_report(path: Path) -> bool:
+    """Whether ``path`` looks like a shard report, even one no reader would accept (it is never overwritten)."""
     import json
 
     try:

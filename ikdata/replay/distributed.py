@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ikdata.core.errors import RemoteError, UsageError
 from ikdata.core.records import TensorRef
@@ -236,12 +236,14 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
                   resume: bool = False, report_path: str | os.PathLike | None = None, trust: Iterable[str] = (),
                   reuse: bool = True, cache_path: str | os.PathLike | None = None,
                   progress: Callable[[Any], None] | None = None, task_size: int = DEFAULT_TASK_SIZE,
-                  num_cpus: int | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> tuple[Any, ClusterInfo]:
+                  num_cpus: int | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                  settings: Mapping[str, Any] | None = None) -> tuple[Any, ClusterInfo]:
     """Replay a dataset folder or URL on Ray; returns the :class:`~ikdata.replay.runner.ReplayResult`
     (the same report a local replay writes) and what the cluster did.
 
     The cluster is joined (or started) before the report is opened, so a run that cannot start
-    leaves an existing report as it was.
+    leaves an existing report as it was. ``settings`` are each family's, by its name, for what the
+    driver decides over many cases (trajectories), as in a local replay.
 
     Raises:
         UsageError: Ray is not installed, the cluster cannot be reached, a URL without ``report_path``,
@@ -306,7 +308,7 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
             # what spans cases (pooled sampling tests, trajectories) is decided here, as a local run does
             if remote and not definitions:
                 _fetch_for_families(ds, location, cache_bytes)
-            families.finish_all(run, narrowed=bool(definitions))
+            families.finish_all(run, narrowed=bool(definitions), settings=settings)
         finally:
             run.cache.flush()
         return runner._finish(run, seen_problems, resumed), info
