@@ -127,25 +127,35 @@ def flush() -> None:
 
 
 def _install_module_hook(capturer: Any) -> None:
-    """Track the module stack (module paths, step counting) and run module adapters."""
+    """Track the module stack (module paths, step counting) and run module adapters.
+
+    Every module call of the program runs this, so it is kept lean: inside a step that is not selected it
+    is one thread-local test and the call; the tracker's state and methods are bound once, here."""
     import torch
 
     original = torch.nn.Module._call_impl
     tracker = capturer.tracker
+    local = tracker.local
+    step_module = tracker.step_module
+    begin_step, end_step = tracker.begin_step, tracker.end_step  # as the dispatcher path wrapped them
+    handler_by_class, handlers_for = capturer._handler_by_class, capturer.module_handlers_for
 
     def call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
-        local = tracker.local
-        if local.__dict__.get("skip"):  # inside a step that is not selected: no bookkeeping at all
+        if local.skip:  # inside a step that is not selected: no bookkeeping at all
             return original(module, *args, **kwargs)
-        stack = tracker.stack()
-        tokens = tracker.begin_step() if tracker.is_step_module(module, stack) else None
-        if tokens is not None and not capturer.is_selected_now():
-            local.skip = True
-            try:
-                return original(module, *args, **kwargs)
-            finally:
-                local.skip = False
-                tracker.end_step(tokens)
+        stack = local.stack
+        if stack is None:
+            stack = tracker.stack()
+        tokens = None
+        if (not stack) if step_module is None else tracker.is_step_module(module, stack):
+            tokens = begin_step()
+            if not tokens.selected:
+                local.skip = True
+                try:
+                    return original(module, *args, **kwargs)
+                finally:
+                    local.skip = False
+                    end_step(tokens)
         stack.append(module)
         try:
             out = original(module, *args, **kwargs)
@@ -153,7 +163,9 @@ def _install_module_hook(capturer: Any) -> None:
             stack.pop()
         try:
             if capturer.enabled:
-                for handler, label in capturer.module_handlers_for(type(module)):
+                cls = type(module)
+                handlers = handler_by_class.get(cls)
+                for handler, label in handlers if handlers is not None else handlers_for(cls):
                     stack.append(module)
                     try:
                         capturer._dispatch(lambda cap, *call: handler(cap, module, *call), label, (args, kwargs, out))
@@ -161,7 +173,7 @@ def _install_module_hook(capturer: Any) -> None:
                         stack.pop()
         finally:
             if tokens is not None:
-                tracker.end_step(tokens)
+                end_step(tokens)
         return out
 
     call_impl.__ikdata_original__ = original  # type: ignore[attr-defined]

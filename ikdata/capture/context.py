@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import orjson
 
@@ -221,20 +221,45 @@ def distributed_facts() -> dict[str, Any]:
     return (ranks_from_torch() or ranks_from_env()).facts()
 
 
-class StepTracker:
-    """The module stack of each thread, and the step counter of each request."""
+class ThreadState(threading.local):
+    """One thread's capture state: its module stack and whether it runs a step that is not selected.
 
-    def __init__(self, *, step_module: str | None, request_file: str | None) -> None:
+    The class attributes are every thread's defaults, so reading one never fails: the module hook reads
+    ``skip`` on every module call of the program, and a failed thread-local lookup costs ten times a read."""
+
+    skip = False
+    stack: list | None = None
+
+
+class StepTokens(NamedTuple):
+    """A step begun (:meth:`StepTracker.begin_step`): what :meth:`StepTracker.end_step` resets, whether the step
+    is selected (read once, as it begins: the module hook and the dispatcher path both ask), and what the
+    dispatcher path entered for it."""
+
+    step: contextvars.Token
+    request: contextvars.Token | None
+    selected: bool
+    entered: tuple = ()
+
+
+class StepTracker:
+    """The module stack of each thread, and the step counter of each request.
+
+    ``steps``: the run's ``--steps`` (None: all), which a request's own ``steps`` replace."""
+
+    def __init__(self, *, step_module: str | None, request_file: str | None,
+                 steps: tuple[int, ...] | None = None) -> None:
         self.step_module = step_module
+        self.steps = steps
         self.request_file = RequestFile(request_file) if request_file else None
-        self.local = threading.local()
+        self.local = ThreadState()
         self._counters: dict[Any, int] = {}
         self._lock = threading.Lock()
 
     # -- the module stack -----------------------------------------------------------------------
 
     def stack(self) -> list:
-        stack = self.local.__dict__.get("stack")
+        stack = self.local.stack
         if stack is None:
             stack = self.local.stack = []
         return stack
@@ -247,8 +272,9 @@ class StepTracker:
             return False
         return not any(type(m) is cls for m in stack)  # a step module nested in itself is one step
 
-    def begin_step(self) -> tuple[contextvars.Token, contextvars.Token | None]:
-        """Called as a step module's forward starts: count the step of the current request."""
+    def begin_step(self) -> StepTokens:
+        """Called as a step module's forward starts: count the step of the current request, and say whether
+        it is selected (a request, and its steps or else the run's name the step, or none are named)."""
         req = self.current_request()
         key = req.request_id if req is not None else None
         with self._lock:
@@ -256,13 +282,14 @@ class StepTracker:
             self._counters[key] = index + 1
         token = _STEP.set(index)
         file_token = _REQUEST.set(req) if req is not None and _REQUEST.get() is None else None
-        return token, file_token
+        steps = req.steps if req is not None and req.steps is not None else self.steps
+        return StepTokens(token, file_token, req is not None and (steps is None or index in steps))
 
     @staticmethod
-    def end_step(tokens: tuple[contextvars.Token, contextvars.Token | None]) -> None:
-        if tokens[1] is not None:
-            _REQUEST.reset(tokens[1])
-        _STEP.reset(tokens[0])
+    def end_step(tokens: StepTokens) -> None:
+        if tokens.request is not None:
+            _REQUEST.reset(tokens.request)
+        _STEP.reset(tokens.step)
 
     def steps_seen(self) -> int:
         """The most steps counted for one request in this process (0: no step module call ran)."""

@@ -250,7 +250,7 @@ class Dispatcher:
         return entered
 
     @staticmethod
-    def step_ended(entered: list[Any]) -> None:
+    def step_ended(entered: tuple[Any, ...] | list[Any]) -> None:
         for item in reversed(entered):
             item.__exit__(None, None, None)
             if hasattr(item, "flush"):
@@ -359,16 +359,18 @@ def install(capturer: Any) -> Dispatcher:
 
     def begin_step() -> Any:
         tokens = begin()
-        entered = dispatcher.step_began() if capturer.is_selected_now() else []
-        return (tokens, entered)
+        if tokens.selected:
+            entered = dispatcher.step_began()
+            if entered:
+                return tokens._replace(entered=tuple(entered))
+        return tokens
 
     def end_step(tokens: Any) -> None:
-        inner, entered = tokens
         try:
-            if entered:
-                dispatcher.step_ended(entered)
+            if tokens.entered:
+                dispatcher.step_ended(tokens.entered)
         finally:
-            end(inner)
+            end(tokens)
 
     tracker.begin_step, tracker.end_step = begin_step, end_step  # the step hook (boot) calls these
     if capturer.config.steps is None and capturer.config.request_file is None:

@@ -84,7 +84,8 @@ class Capturer:
             self.user.update(found)
         self.only = frozenset(config.only)
         self.templates = load_templates()
-        self.tracker = StepTracker(step_module=config.step_module, request_file=config.request_file)
+        self.tracker = StepTracker(step_module=config.step_module, request_file=config.request_file,
+                                   steps=config.steps)
         self.ranks = RankProbe()
         self.ledger = selection.Ledger(config.state_dir, max_per_definition=config.max_per_definition,
                                        max_bytes=config.max_bytes)
@@ -98,7 +99,7 @@ class Capturer:
         self.unstepped: dict[str, int] = {}  # definition -> calls outside any step, left out by --steps
         self._noted: dict[str, int] = {}  # label -> calls outside any step run through its adapter to name them
         self._resolved: dict[tuple, Definition | None] = {}
-        self._local = threading.local()
+        self._local = _HookState()
         self._module_handlers: list[tuple[Callable[[Any], bool], Handler, str]] = []
         self._handler_by_class: dict[type, list[tuple[Handler, str]]] = {}
         self._paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -126,6 +127,8 @@ class Capturer:
             return
         capturer = self
         tracker_local = self.tracker.local
+        busy_local = self._local
+        step_key, budget_key = (label, "step"), (label, "budget")  # the census's keys of calls left
         compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
         _EAGER.prepare()
         op_local = self.dispatch.local
@@ -134,7 +137,13 @@ class Capturer:
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if capturer.enabled and not tracker_local.__dict__.get("skip") and not compiling():
+            if tracker_local.skip:  # a step not selected: the call, counted in the census, and nothing else
+                out = original(*args, **kwargs)
+                if not busy_local.busy:
+                    key = step_key if capturer.enabled else budget_key
+                    left[key] = left.get(key, 0) + 1  # a plain dict increment (no lock)
+                return out
+            if capturer.enabled and not compiling():
                 # The dispatcher path records the op this function runs, if it maps it, under this label;
                 # the handler runs only for what it left (``claimed``), counted under that op (``inner``).
                 state = op_local.__dict__
@@ -145,11 +154,11 @@ class Capturer:
                 finally:
                     claimed, inner = state["claimed"], state["inner"]
                     state["patch"], state["claimed"], state["inner"] = outer
-                if not claimed and not getattr(capturer._local, "busy", False):
+                if not claimed and not busy_local.busy:
                     capturer._dispatch(handler, label, (args, kwargs, out), op=inner)
                 return out
             out = original(*args, **kwargs)
-            if capturer.enabled and not tracker_local.__dict__.get("skip"):
+            if capturer.enabled and not tracker_local.skip:
                 if dynamo_tracing():
                     # Dynamo is tracing: break the graph here so the capture runs eagerly, on the
                     # real tensors, each time the compiled code runs. With capture off, Dynamo
@@ -158,9 +167,9 @@ class Capturer:
                         _EAGER.dispatch(capturer, handler, label, (args, kwargs, out))
                 elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
                     capturer._dispatch(handler, label, (args, kwargs, out))
-            elif not getattr(capturer._local, "busy", False):  # counted in the census, with why it was left
+            elif not busy_local.busy:  # counted in the census, with why it was left
                 # a plain dict increment (no lock): these are the calls capture must not slow down
-                key = (label, "step" if capturer.enabled else "budget")
+                key = step_key if capturer.enabled else budget_key
                 left[key] = left.get(key, 0) + 1
             return out
 
@@ -209,7 +218,7 @@ class Capturer:
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
-        op = op or getattr(self._local, "label", None) or operation  # the census's name for the call
+        op = op or self._local.label or operation  # the census's name for the call
         req = self.tracker.current_request()
         if req is None:
             census.skipped(op, "not selected", definition)
@@ -299,7 +308,7 @@ class Capturer:
     def _dispatch(self, handler: Handler, label: str, call: tuple, *, op: str | None = None) -> None:
         """Run a hook's handler on one call. ``op``: the dispatcher op under it, already counted as seen."""
         local = self._local
-        if getattr(local, "busy", False):  # ikdata's own call, inside a hook
+        if local.busy:  # ikdata's own call, inside a hook
             return
         out = call[-1]
         if type(out).__name__ == "FakeTensor" or getattr(getattr(out, "device", None), "type", None) == "meta":
@@ -486,6 +495,15 @@ class Capturer:
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
         self._patches.clear()
+
+
+class _HookState(threading.local):
+    """One thread's hook state: ``busy`` while a hook's handler runs (ikdata's own calls are not the program's),
+    ``label`` the op its outcome is counted under. Class attributes: every thread's defaults, read without a
+    failed lookup on every patched call."""
+
+    busy = False
+    label: str | None = None
 
 
 def _compiling_test() -> Callable[[], bool]:
