@@ -11,6 +11,7 @@ from ikdata.core.records import TensorRef
 from ikdata.core.repeats import first_receipts
 from ikdata.core.status import Status
 from ikdata.diffusion import trajectories as traj_mod
+from ikdata.judging.cases import Case
 
 if TYPE_CHECKING:  # the settings module loads torch; owning a definition needs none
     from ikdata.diffusion.settings import Settings
@@ -24,11 +25,11 @@ def is_denoiser(definition: Any) -> bool:
     return DENOISER_TAG in (record.get("tags") or ())
 
 
-def settle_step(run: Any, row: Any, case: dict[str, Any]) -> dict[str, Any]:
+def settle_step(run: Any, row: Any, case: Case) -> Case:
     """The diffusion family's settle (:mod:`ikdata.judging.families`): a denoiser step needs the model and
     the floor, so its case waits for its trajectory's."""
-    return {**case, "status": Status.SKIPPED,
-            "reason": "a denoiser step: judged with its noise floor by its trajectory's case (trajectory:...)"}
+    return case.with_(status=Status.SKIPPED,
+                      reason="a denoiser step: judged with its noise floor by its trajectory's case (trajectory:...)")
 
 
 def finish(run: Any, *, shard: Any = None, settings: Settings | None = None) -> None:

@@ -25,6 +25,7 @@ from ikdata.core.errors import DefinitionError, RecordError, UntrustedReference
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core.repeats import Repeats
 from ikdata.core.store import BlobStore, digest_from_path
+from ikdata.judging.cases import Case
 from ikdata.replay.blobs import load_verified
 from ikdata.replay.reuse import ReuseCache
 
@@ -87,9 +88,10 @@ class Run:
         """The case the report already holds for workload ``uuid`` (this run's or a resumed one), or None."""
         return self.out.by_uuid.get(uuid)
 
-    def record(self, case: Mapping[str, Any]) -> None:
-        """Record one case in the report (replacing an earlier one of its uuid), journaled at once."""
-        self.out.add(case)
+    def record(self, case: Case | Mapping[str, Any]) -> dict[str, Any]:
+        """Record one case in the report (replacing an earlier one of its uuid), journaled at once; returns
+        it as the report holds it."""
+        return self.out.add(case)
 
 
 @dataclass
@@ -97,14 +99,15 @@ class Pending:
     """A case that passed every check that needs no tensor, and must now run (a family's ``execute`` gets it).
 
     Attributes:
-        case: the case so far (definition, uuid, axes, device, torch, reference digest, reuse key).
+        case: the case so far (definition, uuid, axes, device, torch, reference digest, reuse key), ``skipped``
+            until its judge decides.
         definition: its definition.
         reference: the definition's trusted reference.
         receipt: the workload's receipt (its expected outputs).
         started: ``time.perf_counter()`` when the case began (its ``seconds`` count from here).
     """
 
-    case: dict[str, Any]
+    case: Case
     definition: Definition
     reference: Callable[..., Any]
     receipt: Receipt

@@ -279,12 +279,12 @@ def replay_on_ray(location: str | os.PathLike, *, address: str | None = None, de
         resumed = sum(1 for row in rows if row.uuid in run.out.by_uuid)
         done = [resumed]
 
-        def record(case: dict) -> None:
-            run.out.add(case)
-            run.cache.remember(case)
+        def record(case: Any) -> None:
+            recorded = run.out.add(case)
+            run.cache.remember(recorded)
             done[0] += 1
             if progress:
-                progress(runner.Progress(done[0], len(rows), case))
+                progress(runner.Progress(done[0], len(rows), recorded))
 
         if progress:
             progress(runner.Progress(resumed, len(rows)))

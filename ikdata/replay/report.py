@@ -19,7 +19,7 @@ import orjson
 from ikdata.core import jsonl, schema
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.store import write_atomic
-from ikdata.judging.cases import read_report
+from ikdata.judging.cases import Case, read_report
 
 FORMAT = "ikdata-replay/1"
 SEED_BESIDE = "results/ikdata-replay.json"  # ikdata's report in the seed layout, beside the seed's results/replay.json
@@ -182,8 +182,11 @@ class ReportFile:
         out.write()
         return out
 
-    def add(self, case: dict[str, Any]) -> None:
-        """Record one case (replacing an earlier one of the same uuid): journal it, rewrite the report when due."""
+    def add(self, case: Case | Mapping[str, Any]) -> dict[str, Any]:
+        """Record one case (replacing an earlier one of the same uuid): journal it, rewrite the report when due.
+
+        Returns the case as the report holds it (its JSON object)."""
+        case = case.to_json() if isinstance(case, Case) else dict(case)
         if case["uuid"] in self.by_uuid:
             cases = self.report["cases"]
             cases[:] = [c for c in cases if c["uuid"] != case["uuid"]]
@@ -192,6 +195,7 @@ class ReportFile:
         jsonl.append(self.journal, [case], fsync=False)
         if time.monotonic() - self._written_at >= self.REWRITE_EVERY:
             self.write()
+        return case
 
     def write(self) -> None:
         """Replace the report with its current state (atomic and durable), then empty the journal."""

@@ -34,6 +34,7 @@ from ikdata.core import jsonl
 from ikdata.core.digest import record_digest
 from ikdata.core.store import rehash_file
 from ikdata.core.status import JUDGED, Status
+from ikdata.judging.cases import Case
 
 CACHE_FILE = "replay-reuse.jsonl"
 EVIDENCE_FILE = "replay-verified.jsonl"
@@ -199,12 +200,12 @@ class ReuseCache:
 
 
 def reused_case(earlier: Mapping[str, Any], *, definition: str, uuid: str, axes: Mapping[str, int],
-                seconds: float) -> dict[str, Any]:
+                seconds: float) -> Case:
     """A case for this workload carrying an earlier verdict, marked ``reused``."""
     case: dict[str, Any] = {"definition": definition, "uuid": uuid, "axes": dict(axes)}
     case.update({k: earlier[k] for k in VERDICT_FIELDS if k in earlier})
     case.update(seconds=seconds, reused=True)
-    return case
+    return Case.from_json(case, path="the reuse cache")
 
 
 __all__ = ["CACHE_FILE", "EVIDENCE_FILE", "ReuseCache", "default_cache_path", "reuse_key", "reused_case"]

@@ -29,6 +29,7 @@ from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
 from ikdata.core.repeats import Repeats, first_receipts
 from ikdata.judging import families
+from ikdata.judging.cases import Case
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay import api
 from ikdata.replay.api import Pending, Refusal, Run
@@ -159,12 +160,13 @@ def replay(ds: Dataset, *, device: str = "cpu", definitions: Iterable[str] | Non
             if row.uuid in out.by_uuid:
                 continue
             case = _replay_one(run, row)
+            recorded = None
             if case is not None:  # None: refused, the definition is not trusted
-                out.add(case)
-                run.cache.remember(case)
+                recorded = out.add(case)
+                run.cache.remember(recorded)
             done += 1
             if progress:
-                progress(Progress(done, len(rows), case))
+                progress(Progress(done, len(rows), recorded))
     finally:
         run.cache.flush()
     # every family decides what spans cases (pooled sampling tests, trajectories), resumed cases included
@@ -267,39 +269,37 @@ def _select(ds: Dataset, names: Iterable[str] | None, shard: Shard | None,
     return sorted(rows.values(), key=lambda r: (r.definition, r.uuid))
 
 
-def _replay_one(run: Run, row: WorkloadRow) -> dict[str, Any] | None:
-    """Judge one workload: the case as recorded, or None when its reference is refused."""
+def _replay_one(run: Run, row: WorkloadRow) -> Case | None:
+    """Judge one workload: its case, or None when its reference is refused."""
     settled = _settle(run, row)
     return _execute(run, row, settled) if isinstance(settled, Pending) else settled
 
 
-def _settle(run: Run, row: WorkloadRow) -> dict[str, Any] | Pending | None:
+def _settle(run: Run, row: WorkloadRow) -> Case | Pending | None:
     """Everything decided without loading a tensor: skipped, refused (None), an error of the
     definition, a reused verdict, or what must run (:class:`Pending`). A Ray driver settles
     here and sends only the pending cases to workers."""
     started = time.perf_counter()
-    case: dict[str, Any] = {"definition": row.definition, "uuid": row.uuid, "axes": dict(row.axes)}
+    case = Case(row.definition, row.uuid, SKIPPED, axes=dict(row.axes))  # not judged until decided below
     receipt = run.receipts.get(row.uuid)
     repeat = run.repeats.found.get(row.uuid)
     if repeat is not None:  # two answers to one input: never judged as if there were one
-        return {**case, "status": FAILED, "seconds": time.perf_counter() - started, "reason": repeat.message}
+        return case.with_(status=FAILED, seconds=time.perf_counter() - started, reason=repeat.message)
     if row.uuid in run.conflicts:  # two rows for one uuid: which one would the verdict be about?
-        return {**case, "status": FAILED, "seconds": time.perf_counter() - started,
-                "reason": run.conflicts[row.uuid]}
+        return case.with_(status=FAILED, seconds=time.perf_counter() - started, reason=run.conflicts[row.uuid])
     if receipt is None or not receipt.expected_output:
         why = "no receipt" if receipt is None else "its receipt has no expected_output"
-        return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
-                "reason": f"no expected outputs to judge against ({why}; e.g. an imported workload)"}
+        return case.with_(seconds=time.perf_counter() - started,
+                          reason=f"no expected outputs to judge against ({why}; e.g. an imported workload)")
     definition = run.ds.definitions.get(row.definition)
     settle = families.owner(definition).hook("settle")
     settled = settle(run, row, case) if settle is not None else None
     if settled is not None:  # its family decided without a tensor (a denoiser step waits for its trajectory)
-        return {**settled, "seconds": time.perf_counter() - started}
+        return settled.with_(seconds=time.perf_counter() - started)
     unverified = receipt.provenance.get("unverified")
     if unverified:  # capture could not vouch for the bytes its inputs name (docs/capture.md): never judged
         reason = unverified.get("reason") if isinstance(unverified, dict) else str(unverified)
-        return {**case, "status": SKIPPED, "seconds": time.perf_counter() - started,
-                "reason": f"unverified capture, not judged: {reason}"}
+        return case.with_(seconds=time.perf_counter() - started, reason=f"unverified capture, not judged: {reason}")
     try:
         if definition is None:
             raise DefinitionError(f"no definition named {row.definition!r} in {run.ds.root}/definitions or the "
@@ -307,21 +307,27 @@ def _settle(run: Run, row: WorkloadRow) -> dict[str, Any] | Pending | None:
         reference = api.reference(run, definition, row)
         if reference is None:
             return None
-        case.update(device=run.device, torch=run.torch_version, reference_digest=definition.reference_digest)
+        case = case.with_(device=run.device, torch=run.torch_version, reference_digest=definition.reference_digest)
         if definition.call_problem:  # flashinfer-bench would call run with the inputs in another order
             raise DefinitionError(definition.call_problem, definition=definition.name)
-        earlier = _lookup_reuse(run, definition, row, receipt, case)
+        key = _reuse_key(run, definition, row, receipt)
+        case = case.with_(reuse_key=key)
+        earlier = _lookup_reuse(run, row, receipt, key)
         if earlier is not None:
             return reused_case(earlier, definition=row.definition, uuid=row.uuid, axes=row.axes,
                                seconds=time.perf_counter() - started)
     except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
-        case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
-                    seconds=time.perf_counter() - started)
-        return case
+        return _errored(case, exc, started)
     return Pending(case, definition, reference, receipt, started)
 
 
-def _execute(run: Run, row: WorkloadRow, pending: Pending) -> dict[str, Any]:
+def _errored(case: Case, exc: BaseException, started: float) -> Case:
+    """The case of a failure while judging it: ``error`` with the traceback (call inside ``except``)."""
+    return case.with_(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
+                      seconds=time.perf_counter() - started)
+
+
+def _execute(run: Run, row: WorkloadRow, pending: Pending) -> Case:
     """Load the verified inputs and expected outputs, run the reference, judge every output."""
     case, definition, reference, receipt, started = (pending.case, pending.definition, pending.reference,
                                                      pending.receipt, pending.started)
@@ -330,13 +336,14 @@ def _execute(run: Run, row: WorkloadRow, pending: Pending) -> dict[str, Any]:
         try:
             return execute(run, row, pending)
         except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
-            case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
-                        seconds=time.perf_counter() - started)
-            return case
+            return _errored(case, exc, started)
+    chosen_by: dict[str, str] = {}
     try:
-        inputs, case["input_digests"] = api.load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
-        expected, case["expected_digests"] = api.load_all(run, definition.outputs, receipt.expected_output,
-                                                       f"{receipt.source}:{receipt.line}")
+        inputs, digests = api.load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+        case = case.with_(input_digests=digests)
+        expected, digests = api.load_all(run, definition.outputs, receipt.expected_output,
+                                         f"{receipt.source}:{receipt.line}")
+        case = case.with_(expected_digests=digests)
         _check_shapes(definition, row, receipt, inputs, expected)
         with torch.inference_mode():  # positionally, in the definition's order, as flashinfer-bench calls it
             returned = reference(*[inputs[n] for n in definition.inputs])
@@ -351,17 +358,14 @@ def _execute(run: Run, row: WorkloadRow, pending: Pending) -> dict[str, Any]:
                     actual = torch.tensor(actual, dtype=dtype, device=run.device)
             chosen = judges.select_rule(definition, name, layout=run.ds.layout)
             verdicts[name] = judges.judge_output(name, actual, wanted, chosen.rule)
-            case.setdefault("chosen_by", {})[name] = chosen.chosen_by
+            chosen_by[name] = chosen.chosen_by
     except Exception as exc:  # noqa: BLE001 - any failure of one case is recorded, replay goes on
-        case.update(status=ERROR, error=traceback.format_exc(), reason=_short(exc),
-                    seconds=time.perf_counter() - started)
-        return case
+        return _errored(case.with_(chosen_by=chosen_by or None), exc, started)
     failing = [v.reason for v in verdicts.values() if not v.passed]
-    case.update(status=FAILED if failing else PASSED, metrics={n: v.metrics for n, v in verdicts.items()},
-                tolerance={n: v.rule for n, v in verdicts.items()}, seconds=time.perf_counter() - started)
-    if failing:
-        case["reason"] = "; ".join(failing)
-    return case
+    return case.with_(chosen_by=chosen_by or None, status=FAILED if failing else PASSED,
+                      metrics={n: v.metrics for n, v in verdicts.items()},
+                      tolerance={n: v.rule for n, v in verdicts.items()}, seconds=time.perf_counter() - started,
+                      reason="; ".join(failing) if failing else None)
 
 
 def _check_shapes(definition: Definition, row: WorkloadRow, receipt: Receipt, inputs: Mapping[str, Any],
@@ -395,9 +399,8 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, IkdataError) else text
 
 
-def _lookup_reuse(run: Run, definition: Definition, row: WorkloadRow, receipt: Receipt,
-                  case: dict[str, Any]) -> dict[str, Any] | None:
-    """Compute the case's reuse key from the blob names (no reads) and look it up."""
+def _reuse_key(run: Run, definition: Definition, row: WorkloadRow, receipt: Receipt) -> str | None:
+    """The case's reuse key, from the blob names (no reads); None when a blob is not named by its digest."""
     input_digests, scalars = {}, {}
     for name, descriptor in row.inputs.items():
         if isinstance(descriptor, Scalar):
@@ -408,15 +411,19 @@ def _lookup_reuse(run: Run, definition: Definition, row: WorkloadRow, receipt: R
                         for n, d in receipt.expected_output.items()}
     if None in input_digests.values() or None in expected_digests.values():
         return None  # blobs not named by digest (FlashInfer layout): no cheap key
-    case["reuse_key"] = reuse_key(
+    return reuse_key(
         reference_digest=definition.reference_digest, input_digests=input_digests, scalars=scalars,
         expected_digests=expected_digests, device_kind=run.device_kind, torch_version=run.torch_version,
         judging={"tolerance": dict(definition.tolerance), "judge": definition.judge, "axes": dict(row.axes),
                  "outputs": {n: s.dtype for n, s in definition.outputs.items()},
                  **({"selection": judges.SEED_RULE} if run.ds.layout == "seed" else {})})
-    if not run.reuse:
+
+
+def _lookup_reuse(run: Run, row: WorkloadRow, receipt: Receipt, key: str | None) -> dict[str, Any] | None:
+    """The verdict judged before under ``key``, when reuse may vouch for every blob it names; else None."""
+    if key is None or not run.reuse:
         return None
-    earlier = run.cache.lookup(case["reuse_key"])
+    earlier = run.cache.lookup(key)
     if earlier is None:
         return None
     # Reuse vouches for the content the digests name: each path passes the path rule, and each file

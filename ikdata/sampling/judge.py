@@ -31,6 +31,7 @@ from ikdata.sampling.pipeline import Extras
 from ikdata.sampling.records import record_logits, record_top_logprobs
 from ikdata.sampling.stats import DEFAULT_ALPHA
 from ikdata.core.status import Status
+from ikdata.judging.cases import Case
 
 AWAITING = "awaiting the pooled test of its definition (run replay to the end)"
 
@@ -109,13 +110,13 @@ def _numpy(value: Any) -> Any:
     return value
 
 
-def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict, dict]]) -> dict[str, Any]:
+def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict, dict]]) -> Case:
     """Judge one sampling workload's draws; the case (failed at once, or awaiting the pooled test)."""
     case, definition, receipt, started = pending.case, pending.definition, pending.receipt, pending.started
     order, alpha, tol = judge_settings(definition)
-    inputs, case["input_digests"] = load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
-    expected, case["expected_digests"] = load_all(run, definition.outputs, receipt.expected_output,
-                                                  f"{receipt.source}:{receipt.line}")
+    inputs, input_digests = load_all(run, definition.inputs, row.inputs, f"{row.source}:{row.line}")
+    expected, expected_digests = load_all(run, definition.outputs, receipt.expected_output,
+                                          f"{receipt.source}:{receipt.line}")
     values = {k: _numpy(v) for k, v in inputs.items()}
     if any(str(t).startswith("ikdata:flashinfer=") for t in definition.record.get("tags") or ()):
         from ikdata.flashinfer.sampling import sampler_inputs  # FlashInfer's sampling APIs, read by their names
@@ -154,20 +155,19 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
                               "(a top-K list)", definition=definition.name)
     if unknown and not record.get("not_checked"):
         record["unknown_processors"] = unknown  # named in any failure: they may be what changed the distribution
-    case.pop("reuse_key", None)  # the verdict depends on the definition's other cases: never reused alone
-    case.update(sampling=record, tolerance={"samples": {"dtype": "int64", "judge": JUDGE, "alpha": alpha,
-                                                        "order": declared_order}},
-                metrics={"samples": {"positions": record["positions"], "judged": record["judged"],
-                                     "outside": record["outside"], "alpha": alpha}},
-                seconds=time.perf_counter() - started)
+    case = case.with_(  # the verdict depends on the definition's other cases: never reused alone (no reuse key)
+        reuse_key=None, input_digests=input_digests, expected_digests=expected_digests,
+        records={**case.records, JUDGE: record},
+        tolerance={"samples": {"dtype": "int64", "judge": JUDGE, "alpha": alpha, "order": declared_order}},
+        metrics={"samples": {"positions": record["positions"], "judged": record["judged"],
+                             "outside": record["outside"], "alpha": alpha}},
+        seconds=time.perf_counter() - started)
     if record["outside"]:
         first = record["outside_examples"][0]
-        case.update(status=Status.FAILED, reason=f"workload {row.uuid}: {record['outside']} drawn token(s) outside the "
-                                            f"kept set, e.g. token {first['token']} at position {first['position']} "
-                                            f"(kept {first['kept']} tokens){processors_note(record)}")
-    else:
-        case.update(status=Status.SKIPPED, reason=AWAITING)
-    return case
+        return case.with_(status=Status.FAILED, reason=f"workload {row.uuid}: {record['outside']} drawn token(s) "
+                          f"outside the kept set, e.g. token {first['token']} at position {first['position']} "
+                          f"(kept {first['kept']} tokens){processors_note(record)}")
+    return case.with_(status=Status.SKIPPED, reason=AWAITING)
 
 
 def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,7 +180,7 @@ def not_checked(record: dict[str, Any], unknown: list[dict[str, Any]]) -> dict[s
             "accepted_processors": unknown}
 
 
-def execute_case(run: Any, row: Any, pending: Any) -> dict[str, Any]:
+def execute_case(run: Any, row: Any, pending: Any) -> Case:
     """The sampling family's judge of one case (:mod:`ikdata.judging.families`)."""
     from ikdata.replay.api import load_all
 
