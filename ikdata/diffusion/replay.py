@@ -37,9 +37,11 @@ from ikdata.diffusion import trajectory_reuse
 from ikdata.diffusion import verdicts as rules
 from ikdata.diffusion.judge_context import Context, RunnerHooks
 from ikdata.diffusion.settings import Settings
+from ikdata.judging.cases import Case
 from ikdata.replay.api import Run
 
 PREFIX = "trajectory:"
+TRAJECTORY = "trajectory"  # the key of a trajectory's measurements in its case (Case.records)
 
 
 def is_trajectory_case(case: Mapping[str, Any]) -> bool:
@@ -52,11 +54,13 @@ def _identity(traj: traj_mod.Trajectory) -> dict[str, Any]:
     return {"definition": PREFIX + traj.record["pipeline"]["class"], "uuid": traj.id, "axes": {}}
 
 
-def judge(ctx: Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
+def judge(ctx: Context, traj: traj_mod.Trajectory) -> Case:
     """The report case of one trajectory (errors recorded in the case, never raised)."""
     started = time.perf_counter()
     run = ctx.run
-    case: dict[str, Any] = {**_identity(traj), "device": run.device, "torch": run.torch_version}
+    identity = _identity(traj)
+    case = Case(identity["definition"], identity["uuid"], Status.SKIPPED, axes=identity["axes"], device=run.device,
+                torch=run.torch_version)
     workloads = _workloads(ctx, traj)
     try:
         measures = step_measure.measure(ctx, traj)
@@ -64,20 +68,18 @@ def judge(ctx: Context, traj: traj_mod.Trajectory) -> dict[str, Any]:
         settings = ctx.settings
         located = isinstance(exc, RecordError) and exc.path == traj.source  # the message names file, line, pointer
         reason = str(exc) if located else f"{traj.source}:{traj.line}: {type(exc).__name__}: {exc}"
-        case.update(status=Status.ERROR, reason=reason,
-                    error=traceback.format_exc(), seconds=time.perf_counter() - started,
-                    trajectory={"k": settings.k, "eps": settings.eps, "steps": [], "workloads": workloads,
-                                "attention": {"reference": settings.reference_attention,
-                                              "alt": settings.alt_attention}})
-        return case
+        return case.with_(status=Status.ERROR, reason=reason, error=traceback.format_exc(),
+                          seconds=time.perf_counter() - started,
+                          records={TRAJECTORY: {"k": settings.k, "eps": settings.eps, "steps": [],
+                                                "workloads": workloads,
+                                                "attention": {"reference": settings.reference_attention,
+                                                              "alt": settings.alt_attention}}})
     measures["workloads"] = workloads
     verdict = rules.decide(measures)
     measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"], detectable=verdict["detectable"],
                     steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])
-    case.update(status=verdict["status"], trajectory=measures, seconds=time.perf_counter() - started)
-    if verdict["reason"]:
-        case["reason"] = verdict["reason"]
-    return case
+    return case.with_(status=Status(verdict["status"]), records={TRAJECTORY: measures},
+                      seconds=time.perf_counter() - started, reason=verdict["reason"] or None)
 
 
 def _workloads(ctx: Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
@@ -119,29 +121,29 @@ def judge_all(run: Run, hooks: RunnerHooks, *, shard: Any = None, settings: Sett
         key = trajectory_reuse.reuse_key(ctx, traj)
         earlier = trajectory_reuse.reused(ctx, traj, key)
         if earlier is not None:
-            case = {**_identity(traj), **earlier, "seconds": time.perf_counter() - started, "reused": True}
+            case = Case.from_json({**_identity(traj), **earlier, "seconds": time.perf_counter() - started,
+                                   "reused": True}, path="the reuse cache")
         else:
-            case = judge(ctx, traj)
-            case = _decode(ctx, traj, case)
-            if key is not None:
-                case["reuse_key"] = key
-            run.cache.remember(case)
-        run.record(case)
-        cases.append(case)
-        for step_case in rules.step_cases(case):  # its step workloads' cases follow from it
+            case = _decode(ctx, traj, judge(ctx, traj)).with_(reuse_key=key)
+            run.cache.remember(case.to_json())
+        recorded = run.record(case)
+        cases.append(recorded)
+        for step_case in rules.step_cases(recorded):  # its step workloads' cases follow from it
             earlier = run.recorded(step_case["uuid"])
             if earlier is not None:
                 run.record(rules.with_operator_facts(earlier, step_case))
         if progress:
-            progress(case)
+            progress(recorded)
     return cases
 
 
-def _decode(ctx: Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> dict[str, Any]:
+def _decode(ctx: Context, traj: traj_mod.Trajectory, case: Case) -> Case:
     """Add the decode check to a judged case (when a reference pipeline and a clip are named) and decide again."""
-    measures = case.get("trajectory")
+    measures = case.record(TRAJECTORY)
     if not isinstance(measures, dict):
         return case
+    measures = dict(measures)
+    case = case.with_(records={**case.records, TRAJECTORY: measures})  # the decode check is added to this copy
     settings, record = ctx.settings, traj.record
     clip = settings.clip_for(traj.id)
     if not settings.pipeline or not clip:
@@ -174,11 +176,8 @@ def _decode(ctx: Context, traj: traj_mod.Trajectory, case: dict[str, Any]) -> di
                               else f"{type(exc).__name__}: {exc}"}
     measures["decode"]["seconds"] = time.perf_counter() - started
     verdict = rules.decide(measures)
-    case.update(status=verdict["status"], seconds=case.get("seconds", 0.0) + measures["decode"]["seconds"])
-    case.pop("reason", None)
-    if verdict["reason"]:
-        case["reason"] = verdict["reason"]
-    return case
+    return case.with_(status=Status(verdict["status"]), seconds=(case.seconds or 0.0) + measures["decode"]["seconds"],
+                      reason=verdict["reason"] or None)
 
 
 __all__ = ["PREFIX", "RunnerHooks", "is_trajectory_case", "judge", "judge_all"]
