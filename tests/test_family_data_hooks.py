@@ -163,7 +163,7 @@ def test_a_kind_with_a_schema_and_no_reader_is_validated_record_by_record(monkey
 def test_a_dataset_without_a_familys_records_does_not_load_its_hooks(monkeypatch, make_ikdata_dataset):
     """The cheap paths (show, lineage, gc) resolve a family's hook only where the dataset holds its records: a hook
     module that cannot even be imported is never touched without them."""
-    from ikdata.core.dataset import family_hooks
+    from ikdata.core.features import hooks as family_hooks
 
     family = Family("absent", describe="ikdata_test_no_such_module:describe")
     declared = (*features.features(), Feature("absent", kinds=(RecordKind("absent", "absent", ".jsonl", None),),

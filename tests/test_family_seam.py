@@ -99,3 +99,130 @@ def test_the_exception_tree_drawn_in_errors_is_every_exception_the_library_defin
                     for b in node.bases):
                 defined.add(node.name)
     assert defined - drawn == set(), "exception classes missing from the tree in core/errors.py"
+
+
+# --- the house drawn from the code: layers, the seam's strings as imports, names decided only by declarations ---
+
+LAYERS = {"_version": 0, "core": 0, "judging": 1, "capture": 2, "replay": 2, "importing": 2, "remote": 2, "ops": 2,
+          "diffusion": 3, "sampling": 3, "flashinfer": 3, "engines": 3, "cli": 4, "__main__": 4, "_features": 5}
+LAYER_NAMES = ("core", "judging", "engines", "features", "cli", "top")
+MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+           for p in PACKAGE.rglob("*.py")}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return 5 if len(parts) == 1 else LAYERS[parts[1]]
+
+
+def _known(name: str) -> str | None:
+    """The ikdata module a dotted name (or ``"module:function"`` seam string) points into, or None."""
+    name = name.partition(":")[0]
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _edges() -> list[tuple[str, str, int, str]]:
+    """(from, to, line, how) for every import of an ikdata module, module-level or inside a function, and every
+    string constant that names one (the seam's ``"module:function"`` declarations: resolved at run time, so an
+    import all the same)."""
+    found = []
+    for module, path in MODULES.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names, how = [], "import"
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+                names = [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("ikdata."):
+                if all(part.isidentifier() for part in node.value.replace(":", ".").split(".")):
+                    names, how = [node.value], "seam string"
+            for name in names:
+                target = _known(name)
+                if target and target != module and not module.startswith(target + "."):
+                    found.append((module, target, node.lineno, how))
+    return found
+
+
+def test_no_module_imports_or_names_a_layer_above_its_own():
+    """core <- judging <- engines (capture, replay, importing, remote, ops) <- features <- cli <- the top package."""
+    upward = [f"{MODULES[a].relative_to(PACKAGE.parent)}:{line} {LAYER_NAMES[_layer(a)]} -> {b} "
+              f"({LAYER_NAMES[_layer(b)]}, {how})" for a, b, line, how in _edges() if _layer(b) > _layer(a)]
+    assert upward == []
+
+
+def test_no_import_cycle_with_the_seam_strings_counted():
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for a, b, _, _ in _edges():
+        graph[a].add(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def strong(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            strong(v)
+    assert cycles == []
+
+
+def _declared_names() -> set[str]:
+    from ikdata.core import features
+
+    names = {f.name for f in features.features()} | {f.name for f in features.families()}
+    names |= {s.name for s in features.sources()} | {s.module for s in features.sources()}
+    names |= {k.top.split("/")[0] for k in features.kinds()}
+    return names
+
+
+@pytest.mark.parametrize("layer", ["core", "judging", "engines", "cli"])
+def test_no_file_outside_the_feature_packages_decides_a_feature_by_its_name(layer):
+    """A family, a feature's record kind or a capture source is decided by its declaration, never by a string
+    naming it: a path that names one forgets the next."""
+    names = _declared_names()
+    allowed = {("ikdata/core/dataset.py", "flashinfer")}  # the flashinfer-bench Trace layout: a format core reads
+    found = []
+    for module, path in MODULES.items():
+        if LAYER_NAMES[_layer(module)] != layer:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names
+                    and (str(path.relative_to(PACKAGE.parent)), node.value) not in allowed):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}")
+    assert found == []
+
+
+def test_the_boot_hook_is_reached_only_by_the_interpreter_and_capture():
+    """ikdata_boot runs from the .pth line; only the capture engine talks to it and to capture.boot, and
+    features go through capture's public interface."""
+    reaching = sorted(f"{MODULES[a].relative_to(PACKAGE.parent)}:{line}" for a, b, line, _ in _edges()
+                      if b == "ikdata.capture.boot" and not a.startswith("ikdata.capture"))
+    for module, path in MODULES.items():
+        if not module.startswith("ikdata.capture"):
+            reaching += [f"{path.relative_to(PACKAGE.parent)}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
+                         if isinstance(n, ast.Import) and any(a.name == "ikdata_boot" for a in n.names)]
+    assert reaching == []

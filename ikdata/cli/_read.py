@@ -40,7 +40,7 @@ def _no_such_definition(ds, definition: str):
 def show(ds, key: str, o: out.Output) -> int:
     """``ikdata show``: one workload (or a record of a family's own, such as a trajectory by its id, or the
     workloads of TRAJECTORY:STEP[:STREAM]), then the capture census when the dataset keeps one."""
-    from ikdata.core.dataset import family_hooks
+    from ikdata.core.features import hooks as family_hooks
     from ikdata.ops.inspect import describe_workload
 
     for describe in family_hooks("describe", ds.root):  # only a dataset holding a family's records loads its module

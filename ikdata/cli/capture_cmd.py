@@ -70,7 +70,7 @@ def capture(
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
         provenance=provenance, streams=_split(streams))
     o = out.Output(json=json_, quiet=quiet)
-    from ikdata.core.dataset import family_hooks
+    from ikdata.core.features import hooks as family_hooks
 
     family_stats = family_hooks("stats")  # every family's figures before and after: what the run added (trajectories)
     before = [stats(into) for stats in family_stats]

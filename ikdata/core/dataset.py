@@ -13,12 +13,11 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Iterator
+from typing import Any, Collection, Iterable, Iterator
 
 from ikdata.core import features, jsonl, schema
 from ikdata.core.definitions import (DATASET, SHIPPED, USER, Definition, read_folder, shipped_folder)
 from ikdata.core.errors import IkdataError, RecordError, UsageError
-from ikdata.core.features import Family
 from ikdata.core.paths import PathResolver, UnsafePath
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
@@ -114,26 +113,6 @@ def require_dataset(root: str | os.PathLike) -> str:
         refuse_remote(root)  # a remote whose first push never finished holds only its marker: say so
         raise NotADataset(root)
     return layout
-
-
-def held_families(root: str | os.PathLike) -> tuple[Family, ...]:
-    """The declared families whose feature's record kinds are present in the dataset at ``root`` (a folder or
-    file at each kind's declared place)."""
-    root = Path(root)
-    return tuple(f.family for f in features.features()
-                 if f.family is not None and any(os.path.lexists(root / kind.top) for kind in f.kinds))
-
-
-def family_hooks(name: str, root: str | os.PathLike | None = None) -> list[Callable[..., Any]]:
-    """The data hook ``name`` (validate, references, carried, lineage, diff, stats, describe: :class:`Family`) of
-    every declared family that has one, in declaration order; with ``root``, only of the families whose records
-    that dataset holds (:func:`held_families`).
-
-    A path that must stay cheap (show, lineage, gc) passes ``root``, so a dataset without trajectories never loads
-    a diffusion module; the others ask every family and let its hook return at once. A family is picked up by
-    declaring it: nothing here names one."""
-    families = held_families(root) if root is not None else features.families()
-    return [hook for hook in (family.hook(name) for family in families) if hook is not None]
 
 
 def blob_paths(record: Any) -> list[str]:
@@ -368,7 +347,7 @@ class Dataset:
         for path in self.workload_files() + self.receipt_files():  # streamed: no file is held whole
             for _, record in jsonl.iter_records(path, problems, display=self.rel(path)):
                 yield from blob_paths(record)
-        for references in family_hooks("references", self.root):  # every family's own records (trajectories, models)
+        for references in features.hooks("references", self.root):  # every family's own records (trajectories, models)
             more, more_problems = references(self.root)
             yield from more
             problems += more_problems

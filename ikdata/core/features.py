@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 
@@ -73,16 +75,20 @@ class Family:
             only, never running the definition's reference, so re-judging them needs no trust in it.
         recheck: ``f(case, report, definition)``: an import's re-check of one case of a report: the reasons
             it does not hold, or None when the case is not the family's (:mod:`ikdata.core.verdicts`).
-        validate: validate's check of the family's own records (trajectories, model records).
-        references: the blobs the family's records name (gc keeps them, pull fetches them, stats counts them).
-        carried: the family's records that ride along an import with the workloads they belong to.
-        lineage: the lineage of the family's records (a trajectory's steps, a step's workloads).
-        diff: what two datasets' family records differ in.
-        stats: the family's counts for ``ikdata stats``.
-        describe: the family's lines for ``ikdata show``.
-        settings: the family's replay settings from the command line's options.
-        summary: the family's lines in replay's end summary.
-        figures: the family's sections of the report page.
+        validate: ``f(ds, workload_uuids)``: validate's check of the family's own records (trajectories, model
+            records): an object with ``problems``, ``uses`` (blob uses to check) and ``counted``.
+        references: ``f(root) -> (paths, problems)``: the blobs the family's records name (gc keeps them, pull
+            fetches them, stats counts them).
+        carried: ``f(src, dst, admitted, carried)``: adds to the import's ``Carried`` the family's records that
+            ride along with the workloads they belong to.
+        lineage: ``f(root)``: None, or an object with ``chains(key, trace)``, ``calls(uuids)``, ``line(call)``.
+        diff: ``f(left, right)``: an object with ``is_empty``, ``to_dict()`` and ``lines()``.
+        stats: ``f(root)``: an object with ``counted``, ``lines()`` and ``since(earlier)`` (capture's summary).
+        describe: ``f(ds, key)``: None, or an object with ``document`` and ``show(out)`` for ``ikdata show``.
+        settings: ``f(options)``: the family's replay settings from the command line's options (a mapping).
+        summary: ``f(report)``: the family's lines in replay's end summary.
+        figures: ``f(report, cases, checks)``: the family's section of the report page (or None), offered the
+            ``(index, case)`` pairs no earlier family claimed.
         judges: the judge names a definition's tolerance may give (``"judge": "sampling"``) whose verdicts this
             family decides over groups of workloads rather than one output at a time.
     """
@@ -126,8 +132,10 @@ class Source:
             in every captured process after the operator adapters, or None.
         engine: whether, when loaded, it names the engine of a process (a serving engine), rather than a
             library a program calls.
-        importer: reads a folder of the source's own format for ``ikdata import`` (FlashInfer's dumps), or None.
-        trusts: the dataset definitions converted from the source's installed templates that replay may trust.
+        importer: ``f(src, definitions)``: reads a folder of the source's own format for ``ikdata import``
+            (FlashInfer's dumps): a ``ForeignRead``, or None when SRC is not of that format.
+        trusts: ``f(definitions) -> {name: definition}``: the dataset definitions converted from the source's
+            installed templates that replay may trust.
         models: the modules (each with its submodules) whose ``nn.Module`` classes are the source's models: a
             call inside such a model, with no serving engine loaded, ran in this source (``transformers``, and
             ``transformers_modules`` for a hub model's own code).
@@ -217,6 +225,24 @@ def loaded_engine() -> Source | None:
     return next((s for s in sources() if s.engine and s.loaded()), None)
 
 
+def held_families(root: str | os.PathLike) -> tuple[Family, ...]:
+    """The declared families whose record kinds are present in the dataset at ``root`` (a folder or file at
+    each kind's declared place)."""
+    root = Path(root)
+    return tuple(f.family for f in features()
+                 if f.family is not None and any(os.path.lexists(root / kind.top) for kind in f.kinds))
+
+
+def hooks(name: str, root: str | os.PathLike | None = None) -> list[Callable[..., Any]]:
+    """The hook ``name`` (a :class:`Family` field) of every declared family that has one, in declaration order;
+    with ``root``, only of the families whose records that dataset holds (:func:`held_families`).
+
+    A path that must stay cheap (show, lineage, gc) passes ``root``, so a dataset without trajectories never
+    loads a diffusion module; the others ask every family and let its hook return at once."""
+    chosen = held_families(root) if root is not None else families()
+    return [hook for hook in (family.hook(name) for family in chosen) if hook is not None]
+
+
 @functools.cache
 def resolve(spec: str | None) -> Callable[..., Any] | None:
     """The function a ``"module:function"`` hook names, imported on first use; None for None."""
@@ -226,5 +252,5 @@ def resolve(spec: str | None) -> Callable[..., Any] | None:
     return getattr(importlib.import_module(module), function)
 
 
-__all__ = ["Family", "Feature", "RecordKind", "Source", "families", "features", "kinds", "loaded_engine", "provide",
+__all__ = ["Family", "Feature", "RecordKind", "Source", "families", "features", "held_families", "hooks", "kinds", "loaded_engine", "provide",
            "resolve", "source", "sources"]

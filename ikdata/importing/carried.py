@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ikdata.core import features
-from ikdata.core.dataset import family_hooks
+from ikdata.core.features import hooks as family_hooks
 from ikdata.core.record_checks import check_file
 from ikdata.core.paths import text_refusal
 from ikdata.core.problems import Problem

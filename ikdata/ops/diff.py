@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ikdata.core.dataset import Dataset, family_hooks
+from ikdata.core.dataset import Dataset
+from ikdata.core.features import hooks as family_hooks
 from ikdata.core.errors import ProblemsFound
 from ikdata.core.records import TensorRef
 from ikdata.core.store import digest_from_path

@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 import orjson
 
-from ikdata.core.dataset import Dataset, family_hooks
+from ikdata.core.dataset import Dataset
+from ikdata.core.features import hooks as family_hooks
 from ikdata.core.index import lookup
 from ikdata.core.errors import ProblemsFound, UsageError
 from ikdata.core.problems import Problem

@@ -12,7 +12,8 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from ikdata.core.dataset import Dataset, blob_paths, family_hooks
+from ikdata.core.dataset import Dataset, blob_paths
+from ikdata.core.features import hooks as family_hooks
 from ikdata.core.errors import IkdataError
 
 

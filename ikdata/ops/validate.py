@@ -14,7 +14,8 @@ from typing import Iterator
 import orjson
 
 from ikdata.core import features, repeats, spill
-from ikdata.core.dataset import Dataset, family_hooks
+from ikdata.core.dataset import Dataset
+from ikdata.core.features import hooks as family_hooks
 from ikdata.core.definitions import DATASET, Definition
 from ikdata.core.digest import bytes_digest
 from ikdata.core.errors import RecordError, StoreError, UsageError
