@@ -132,8 +132,10 @@ def replay_command(
         require_dataset(path)  # and never into a folder that holds no dataset
     else:
         _endpoint_environment(path, endpoint_url, profile)
-    settings = _family_settings(dict(pipeline=pipeline, clip=clip, attention=attention, floor_attention=floor_attention,
-                                     floor_k=floor_k, floor_eps=floor_eps, seed=seed))
+    from ikdata.judging.families import settings_from
+
+    settings = settings_from(dict(pipeline=pipeline, clip=clip, attention=attention, floor_attention=floor_attention,
+                                  floor_k=floor_k, floor_eps=floor_eps, seed=seed))  # each family's, by its name
     cluster = None
     if ray is not None:
         from ikdata.replay.distributed import replay_on_ray
@@ -224,22 +226,6 @@ def _endpoint_environment(url: str, endpoint_url: Optional[str], profile: Option
         os.environ["AWS_PROFILE"] = profile
 
 
-def _family_settings(options: dict[str, Any]) -> dict[str, Any]:
-    """Each family's replay settings from the command's options (its declared ``settings`` hook), by name.
-
-    Raises:
-        UsageError: an option a family refuses (an unknown attention name, a negative bound).
-    """
-    from ikdata.judging.families import FAMILIES
-
-    found = {}
-    for family in FAMILIES:
-        hook = family.hook("settings")
-        if hook is not None:
-            found[family.name] = hook(options)
-    return found
-
-
 def _print_block(table_: Any) -> None:
     """A family's summary table, then its notes whole, wrapped at spaces, indented under it."""
     from rich.table import Table
@@ -289,10 +275,10 @@ def _print_tables(report: dict[str, Any], covered: frozenset[str] = frozenset())
 
 def _print_summary(summary: dict[str, Any], report: dict[str, Any], *, tables: bool = True) -> None:
     """The per-definition tables (unless ``tables`` is False), every family's summary, then one line of counts."""
+    from ikdata.judging.families import summaries
     from ikdata.judging.summary_table import SummaryTable
-    from ikdata.replay.summary import family_summaries
 
-    blocks = family_summaries(report)
+    blocks = summaries(report)
     if tables:
         _print_tables(report, frozenset(d for b in blocks if isinstance(b, SummaryTable) for d in b.covers))
     for block in blocks:  # trajectories; sampling verdicts with alpha, p-values and detectable shifts

@@ -6,7 +6,9 @@ trajectories per pipeline call against their own noise floor. Every path that pr
 local replay, a shard, a Ray driver) calls :func:`finish_all` once its cases are in, and
 ``replay-combine`` calls :func:`regroup_all` on the joined cases, so no path can forget a family: a
 family left out is a family the report never decides, and that shows as ``skipped`` cases, never as a
-pass. A family names its functions by module path, so this module loads no torch and no feature.
+pass. The replay command asks every family for its settings (:func:`settings_from`) and its part of the end
+summary (:func:`summaries`); a report lists the group verdicts of the families that decide over groups
+(:func:`grouped`). A family names its functions by module path, so this module loads no torch and no feature.
 """
 
 from __future__ import annotations
@@ -60,6 +62,37 @@ def finish_blobs(ds: Any) -> list[str]:
     return sorted(paths)
 
 
+def grouped() -> tuple[Family, ...]:
+    """The families that decide verdicts over groups of cases (:attr:`Family.judges`): a report lists each
+    one's group verdicts under the family's name."""
+    return tuple(family for family in FAMILIES if family.judges)
+
+
+def settings_from(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Each family's replay settings from the replay command's options (by parameter name), by family name.
+
+    Raises:
+        UsageError: an option a family refuses (an unknown attention name, a negative bound).
+    """
+    found = {}
+    for family in FAMILIES:
+        make = family.hook("settings")
+        if make is not None:
+            found[family.name] = make(options)
+    return found
+
+
+def summaries(report: Mapping[str, Any]) -> list[Any]:
+    """Every family's part of replay's end summary, in declaration order: lines and
+    :class:`ikdata.judging.summary_table.SummaryTable` blocks."""
+    found: list[Any] = []
+    for family in FAMILIES:
+        summary = family.hook("summary")
+        if summary is not None:
+            found += summary(report)
+    return found
+
+
 def regroup_all(report: dict[str, Any]) -> None:
     """Decide every family's groups again over the combined cases of shards."""
     for family in FAMILIES:
@@ -68,5 +101,5 @@ def regroup_all(report: dict[str, Any]) -> None:
             regroup(report)
 
 
-__all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "owner", "regroup_all",
-           "vouched"]
+__all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "grouped", "owner", "regroup_all",
+           "settings_from", "summaries", "vouched"]

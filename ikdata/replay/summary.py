@@ -36,16 +36,10 @@ def exit_code(report: Mapping[str, Any], *, strict: bool = False) -> int:
     return 1 if failed or (strict and not_judged(report)) else 0
 
 
-def group_families() -> tuple[Any, ...]:
-    """The families that decide verdicts over groups of cases (:attr:`Family.judges`): the report lists each
-    one's group verdicts under its name."""
-    return tuple(f for f in families.FAMILIES if f.judges)
-
-
 def not_judged(report: Mapping[str, Any]) -> list[str]:
     """Group verdicts with no power: each "definition: why, and the draws it would need"."""
     found = []
-    for family in group_families():
+    for family in families.grouped():
         for group in report.get(family.name) or ():
             whys = list(group.get("not_judged") or ())
             if group.get("verdict") == TOO_SMALL and not whys:
@@ -64,19 +58,8 @@ def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str
         "refused": list(report.get("refused") or []),
         "not_passed": [{k: case.get(k) for k in ("definition", "uuid", "axes", "status", "reason")}
                        for case in report["cases"] if case["status"] != Status.PASSED],
-        **{family.name: list(report.get(family.name) or []) for family in group_families()},
+        **{family.name: list(report.get(family.name) or []) for family in families.grouped()},
     }
-
-
-def family_summaries(report: Mapping[str, Any]) -> list[Any]:
-    """Every family's part of the end summary (its declared ``summary`` hook), in declaration order: lines
-    and :class:`ikdata.judging.summary_table.SummaryTable` blocks."""
-    found: list[Any] = []
-    for family in families.FAMILIES:
-        hook = family.hook("summary")
-        if hook is not None:
-            found += hook(report)
-    return found
 
 
 def _fmt(value: Any) -> str:
@@ -177,6 +160,5 @@ def fit_table(rows: Sequence[Sequence[str]], width: int) -> TableLayout:
     return TableLayout(tuple(columns), tuple(tuple(r) for r in table), tuple(notes))
 
 
-__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "family_summaries", "fit_table",
-           "group_families",
+__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table",
            "not_judged", "summarize", "table_width"]
