@@ -237,10 +237,3 @@ def _when(at: object) -> str:
     from ikdata.cli._records import iso_time
 
     return iso_time(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else "?"
-
-
-def print_error(message: str) -> None:
-    """``error: MESSAGE`` on stderr, the message escaped (it quotes user text, never markup)."""
-    from rich.markup import escape
-
-    out.err_console.print(f"[red]error:[/red] {escape(out.terminal_safe(message))}", markup=True, highlight=False)

@@ -96,17 +96,16 @@ def capture(
                f"Check it with: ikdata validate --deep {into}")
     else:  # a capture that recorded nothing is a problem: say why (from the census), exit 1
         where = f"{into} holds no dataset" if result.dataset_id is None else f"{into} is unchanged"
-        out.err_console.print(f"error: nothing was captured; {where}: {result.why_nothing or 'no reason known'}",
-                              markup=False)
+        out.error(f"nothing was captured; {where}: {result.why_nothing or 'no reason known'}")
         code = code or 1
     for problem in result.census_problems():  # a process without capture, an adapter that did not install
-        out.err_console.print(f"error: {problem}", markup=False)
+        out.error(problem)
         code = code or 1
     why_nothing = result.nothing_kept()
     if why_nothing is not None:
         message, impossible = why_nothing
         if impossible:  # what was asked cannot be had from this program
-            out.err_console.print(f"error: {message}", markup=False)
+            out.error(message)
             code = code or 1
         else:
             o.warn(message)
@@ -114,11 +113,11 @@ def capture(
         o.warn(f"{result.unverified} workload(s) are marked unverified: a weight they reused changed in place "
                "(see docs/capture.md); replay and import will not judge them")
     if result.lost:
-        out.err_console.print(f"error: {result.lost} captured workload(s) could not be written (see the failures "
-                              "above); the dataset holds the others, each row with its receipt", markup=False)
+        out.error(f"{result.lost} captured workload(s) could not be written (see the failures above); "
+                  "the dataset holds the others, each row with its receipt")
         code = code or 1
     for lost in result.lost_calls():  # the program's calls that capture could not record: never exit 0
-        out.err_console.print(f"error: not captured: {lost}", markup=False)
+        out.error(f"not captured: {lost}")
         code = code or 1
     if result.returncode != 0:
         out.err_console.print(f"the command exited with status {result.returncode}", markup=False)
