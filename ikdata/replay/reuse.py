@@ -39,8 +39,13 @@ from ikdata.judging.cases import Case
 CACHE_FILE = "replay-reuse.jsonl"
 EVIDENCE_FILE = "replay-verified.jsonl"
 FLUSH_EVERY = 64  # verdicts per cache append; a killed run loses at most these (it is only a cache)
-VERDICT_FIELDS = ("status", "reason", "metrics", "tolerance", "chosen_by", "reference_digest", "input_digests",
-                  "expected_digests", "device", "torch", "reuse_key", "trajectory")
+# What a reused case takes from its own workload and run, never from the earlier case; the rest is the verdict
+# (status, reason, metrics, tolerance, digests, what judged it, and a family's record such as a trajectory's).
+OWN_FIELDS = ("definition", "uuid", "axes", "seconds", "reused")
+
+
+def _verdict(case: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in case.items() if k not in OWN_FIELDS}
 
 
 def default_cache_path() -> Path:
@@ -179,7 +184,7 @@ class ReuseCache:
             return
         if key not in self.known:
             self._pending.append(key)
-        self.known[key] = {k: case[k] for k in VERDICT_FIELDS if k in case}
+        self.known[key] = _verdict(case)
         if len(self._pending) >= FLUSH_EVERY:
             self.flush()
 
@@ -203,7 +208,7 @@ def reused_case(earlier: Mapping[str, Any], *, definition: str, uuid: str, axes:
                 seconds: float) -> Case:
     """A case for this workload carrying an earlier verdict, marked ``reused``."""
     case: dict[str, Any] = {"definition": definition, "uuid": uuid, "axes": dict(axes)}
-    case.update({k: earlier[k] for k in VERDICT_FIELDS if k in earlier})
+    case.update(_verdict(earlier))
     case.update(seconds=seconds, reused=True)
     return Case.from_json(case, path="the reuse cache")
 
