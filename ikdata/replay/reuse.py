@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from ikdata.core import jsonl
 from ikdata.core.digest import record_digest
 from ikdata.core.store import rehash_file
-from ikdata.core.status import JUDGED, Status
+from ikdata.core.status import JUDGED
 from ikdata.judging.cases import Case
 
 CACHE_FILE = "replay-reuse.jsonl"

@@ -27,7 +27,7 @@ from ikdata.core.errors import DefinitionError, IkdataError, RecordError, UsageE
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
-from ikdata.core.repeats import Repeats, first_receipts
+from ikdata.core.repeats import first_receipts
 from ikdata.judging import families
 from ikdata.judging.cases import Case
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
