@@ -129,9 +129,13 @@ def flush() -> None:
 def _install_module_hook(capturer: Any) -> None:
     """Track the module stack (module paths, step counting) and run module adapters.
 
-    Every module call of the program runs this, so it is kept lean: inside a step that is not selected it
-    is one thread-local test and the call; the tracker's state and methods are bound once, here."""
+    Every module call of the program runs this, so it is kept lean: the tracker's state and methods are bound
+    once, here, and a module with no hooks is called the way torch's own shortcut calls it
+    (:mod:`ikdata.capture.module_call`), so inside a step that is not selected a module call costs one
+    thread-local test more than without capture."""
     import torch
+
+    from ikdata.capture import module_call
 
     original = torch.nn.Module._call_impl
     tracker = capturer.tracker
@@ -139,10 +143,16 @@ def _install_module_hook(capturer: Any) -> None:
     step_module = tracker.step_module
     begin_step, end_step = tracker.begin_step, tracker.end_step  # as the dispatcher path wrapped them
     handler_by_class, handlers_for = capturer._handler_by_class, capturer.module_handlers_for
+    inline = module_call.inlinable(original)  # else every module is called through torch's _call_impl
+    backward_pre, backward, forward, forward_pre = module_call.global_hooks(original) if inline else ((),) * 4
+    tracing = torch._C._get_tracing_state
 
     def call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
         if local.skip:  # inside a step that is not selected: no bookkeeping at all
-            return original(module, *args, **kwargs)
+            if (not inline or forward or forward_pre or backward or backward_pre or module._forward_hooks
+                    or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks or tracing()):
+                return original(module, *args, **kwargs)
+            return module.forward(*args, **kwargs)  # torch's shortcut, taken here
         stack = local.stack
         if stack is None:
             stack = tracker.stack()
@@ -158,7 +168,11 @@ def _install_module_hook(capturer: Any) -> None:
                     end_step(tokens)
         stack.append(module)
         try:
-            out = original(module, *args, **kwargs)
+            if (not inline or forward or forward_pre or backward or backward_pre or module._forward_hooks
+                    or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks or tracing()):
+                out = original(module, *args, **kwargs)
+            else:
+                out = module.forward(*args, **kwargs)
         finally:
             stack.pop()
         try:

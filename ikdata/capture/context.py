@@ -86,9 +86,13 @@ class RequestFile:
         self._request: Request | None = None
 
     def current(self) -> Request | None:
+        """The request the file names now, or None while it is absent (asked as every step begins)."""
         try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+            # absent is the common answer between requests: asked first, without an exception
+            st = os.stat(self.path) if os.access(self.path, os.F_OK) else None
+        except FileNotFoundError:  # removed in between
+            st = None
+        if st is None:
             self._stamp, self._request = None, None
             return None
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
