@@ -35,6 +35,7 @@ from ikdata.sampling import independence
 from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, chi2_isf_even, legendre, ncx2_sf_even,
                                    pit_test, temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
+from ikdata.judging.cases import TOO_SMALL
 
 JUDGE = "sampling"
 HIST_BINS = 10
@@ -70,7 +71,7 @@ class DefinitionVerdict:
         for status, _, _ in self.statuses.values():
             counts[str(status)] = counts.get(str(status), 0) + 1  # JSON keys: plain text
         verdict = Status.FAILED if counts.get(Status.FAILED) else (Status.PASSED if counts.get(Status.PASSED)
-                                                                    else "too_small")
+                                                                    else TOO_SMALL)
         found = {"definition": self.definition, "alpha": self.alpha, "verdict": verdict, "cases": counts,
                  "tests": self.tests}
         not_judged = [t.get("not_judged") for t in self.tests if t.get("too_small") and t.get("not_judged")]
@@ -85,7 +86,7 @@ class DefinitionVerdict:
             found["alpha_split"] = self.alpha_split
         if self.processors:
             found["processors"] = self.processors
-        if verdict == "too_small" and not not_judged:
+        if verdict == TOO_SMALL and not not_judged:
             found["not_judged"] = [(f"{self.not_checked}: not checked, by the definition's choice"
                                     if self.not_checked else None) or self.degenerate
                                    or "no draw could be judged (every position excluded, greedy or degenerate)"]
