@@ -68,8 +68,10 @@ class Family:
         needs_whole_run: finish only when the run was not narrowed to named definitions.
         owns: ``f(definition)``: whether this family judges the definition's workloads (the first family
             that owns a definition takes it; operators take the rest).
-        settle: ``f(run, row, case)``: a case decided before any tensor loads, or None to go on.
-        execute: ``f(run, row, pending)``: judge one case of an owned definition once its reference is known.
+        settle: ``f(run, row, case) -> Case | None``: a case decided before any tensor loads, or None to go on
+            (``run`` is a :class:`ikdata.replay.api.Run`, ``case`` an :class:`ikdata.judging.cases.Case`).
+        execute: ``f(run, row, pending) -> Case``: judge one case of an owned definition once its reference is
+            known (``pending``: :class:`ikdata.replay.api.Pending`).
         blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
         vouches: ``f(definition)``: whether the family judges the definition's workloads with its own code
             only, never running the definition's reference, so re-judging them needs no trust in it.
@@ -86,7 +88,8 @@ class Family:
         stats: ``f(root)``: an object with ``counted``, ``lines()`` and ``since(earlier)`` (capture's summary).
         describe: ``f(ds, key)``: None, or an object with ``document`` and ``show(out)`` for ``ikdata show``.
         settings: ``f(options)``: the family's replay settings from the command line's options (a mapping).
-        summary: ``f(report)``: the family's lines in replay's end summary.
+        summary: ``f(report)``: the family's part of replay's end summary: lines and
+            :class:`ikdata.judging.summary_table.SummaryTable` blocks.
         figures: ``f(report, cases, checks)``: the family's section of the report page (or None), offered the
             ``(index, case)`` pairs no earlier family claimed.
         judges: the judge names a definition's tolerance may give (``"judge": "sampling"``) whose verdicts this
