@@ -211,9 +211,9 @@ def raise_disagreements(plan: ImportPlan, rejudged: Rejudged) -> None:
     """Refuse the whole import when a re-judged claim does not hold: SRC's report cannot be believed."""
     if rejudged.disagreements:
         raise ProblemsFound(list(rejudged.disagreements),
-                            f"{plan.source.root}: {rejudged.statement()}; SRC's report claims verdicts that do not "
+                            f"{plan.source.named}: {rejudged.statement()}; SRC's report claims verdicts that do not "
                             "hold here, so nothing was imported (not even with --only-passed). Replay SRC "
-                            f"('ikdata replay {plan.source.root}') to see its real verdicts")
+                            f"('ikdata replay {plan.source.named}') to see its real verdicts")
 
 
 def _result(plan: ImportPlan, src: Path, dst: Path, *, dry_run: bool = False, linked: int = 0, copied: int = 0,

@@ -271,14 +271,15 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
                          known={uuid: raw for uuid, (raw, _) in dst_rows.items()}, known_receipts=dst_receipts)
     if source.layout == "ikdata":
         if _stale_outside_reports(source.root, source.built):
-            source.problems.append(Problem(f"{source.root}/ikdata.json", "the manifest disagrees with the files; run "
-                                           f"'ikdata validate {source.root}' to see how", code="manifest"))
+            source.problems.append(Problem(f"{source.root}/ikdata.json" if source.staged_from is None
+                                           else str(source.named), "the manifest disagrees with the files; run "
+                                           f"'ikdata validate {source.named}' to see how", code="manifest"))
     for uuid, receipt in source.receipts.items():
         if uuid not in source.rows and uuid not in source.held and not any(x.uuid == uuid for x in source.left_out):
-            source.problems.append(Problem(str(source.root), f"receipt {uuid} names no workload row", code="receipt"))
+            source.problems.append(Problem(str(source.named), f"receipt {uuid} names no workload row", code="receipt"))
     if source.problems:
-        raise ProblemsFound(source.problems, f"{source.root}: cannot import, SRC has {len(source.problems)} "
-                            f"problem(s); fix them, then run 'ikdata validate {source.root}'")
+        raise ProblemsFound(source.problems, f"{source.named}: cannot import, SRC has {len(source.problems)} "
+                            f"problem(s); fix them, then run 'ikdata validate {source.named}'")
     plan = ImportPlan(source, dst, left_out=list(source.left_out), trust_reports=trust_reports)
     plan.dst_parents = [p["id"] for p in (_manifest_or_empty(dst).get("parents") or [])]
     import_hop = {"source": str(source.root), "how": "import", "at": 0.0, **(hop or {}), "from": source.dataset_id}
@@ -348,7 +349,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
     if source.layout == "ikdata":  # trajectories and models ride with the workloads they tie together
         plan.carried = plan_carried(Path(source.root), dst, set(plan.added) | set(plan.skipped) | dst_uuids)
         if plan.carried.problems:
-            raise ProblemsFound(plan.carried.problems, f"{source.root}: cannot import, SRC has "
+            raise ProblemsFound(plan.carried.problems, f"{source.named}: cannot import, SRC has "
                                 f"{len(plan.carried.problems)} problem(s) in its trajectories")
         plan.conflicts += plan.carried.conflicts
         plan.left_out += [LeftOut(*entry) for entry in plan.carried.left_out]
@@ -422,7 +423,7 @@ def _plan_blobs(plan: ImportPlan, dst: Path, progress: ProgressCallback | None =
             canonical = tensor.canonical and canonical_problem(check.entries) is None  # else re-encoded
             plan.blobs[digest] = TensorSource(tensor.path, tensor.tensor_key, canonical, check.entries[0])
     if problems:
-        raise ProblemsFound(problems, f"{plan.source.root}: {len(problems)} corrupt blob(s); nothing was imported")
+        raise ProblemsFound(problems, f"{plan.source.named}: {len(problems)} corrupt blob(s); nothing was imported")
 
 
 def _plan_packed(plan: ImportPlan, unread: list[str], paths: PathResolver, problems: list[Problem]) -> list[str]:
@@ -546,7 +547,7 @@ def raise_refusals(plan: ImportPlan) -> None:
         for (name, reason), uuids in claims.items():
             defn = plan.source.definitions.get(name)
             shown = ", ".join(uuids[:3]) + (f" and {len(uuids) - 3} more" if len(uuids) > 3 else "")
-            problems.append(Problem(defn.source if defn is not None and defn.source else str(plan.source.root),
+            problems.append(Problem(defn.source if defn is not None and defn.source else str(plan.source.named),
                                     f"{len(uuids)} workload(s) of {name!r} ({shown}) are not validated: {reason}",
                                     code=CANNOT_REJUDGE))
         advice = ("; a report from elsewhere is a claim: name the definitions' folder with --definitions, "

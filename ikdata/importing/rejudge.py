@@ -142,7 +142,7 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
             verb = {Status.FAILED: "fails", Status.ERROR: "errors"}.get(case.get("status"), f"is {case.get('status')}")
             found = f"re-judged here, it {verb}: {case.get('reason') or 'no reason given'}"
         reason = f"SRC's report says it passed, but {found}"
-        problems.append(Problem(source.where.get(uuid, str(source.root)), f"workload {uuid} ({name}): {reason}",
+        problems.append(Problem(source.where.get(uuid, str(source.named)), f"workload {uuid} ({name}): {reason}",
                                 code="rejudged"))
         disagreeing.append(uuid)
         reasons.append(reason)
