@@ -109,7 +109,8 @@ class Capturer:
         self._patches: list[tuple[Any, str, Any]] = []
         self._engine: tuple[Any, str | None] | None = None  # (the Source this process runs in, its version)
         self.on_shutdown: list[Callable[[], None]] = []  # run before the final flush (open diffusion trajectories)
-        self._left: dict[tuple[str, str], int] = {}  # (label, reason) -> calls of unselected steps, for the census
+        # (label, reason) -> [calls of unselected steps], for the census: one counter cell per patch and reason
+        self._left: dict[tuple[str, str], list[int]] = {}
         from ikdata.capture import dispatch
 
         self.dispatch = dispatch.install(self)  # ops at the dispatcher (torch.library), the census's survey
@@ -128,11 +129,11 @@ class Capturer:
         capturer = self
         tracker_local = self.tracker.local
         busy_local = self._local
-        step_key, budget_key = (label, "step"), (label, "budget")  # the census's keys of calls left
+        step_left = self._left.setdefault((label, "step"), [0])  # calls left in steps not selected
+        budget_left = self._left.setdefault((label, "budget"), [0])  # calls left once the byte budget was full
         compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
         _EAGER.prepare()
         op_local = self.dispatch.local
-        left = self._left
         superseded = self.dispatch.supersedes(label)  # compiled code reaches the op's kernel: no graph break
 
         @functools.wraps(original)
@@ -140,8 +141,7 @@ class Capturer:
             if tracker_local.skip:  # a step not selected: the call, counted in the census, and nothing else
                 out = original(*args, **kwargs)
                 if not busy_local.busy:
-                    key = step_key if capturer.enabled else budget_key
-                    left[key] = left.get(key, 0) + 1  # a plain dict increment (no lock)
+                    (step_left if capturer.enabled else budget_left)[0] += 1  # a plain increment (no lock)
                 return out
             if capturer.enabled and not compiling():
                 # The dispatcher path records the op this function runs, if it maps it, under this label;
@@ -168,9 +168,8 @@ class Capturer:
                 elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
                     capturer._dispatch(handler, label, (args, kwargs, out))
             elif not busy_local.busy:  # counted in the census, with why it was left
-                # a plain dict increment (no lock): these are the calls capture must not slow down
-                key = step_key if capturer.enabled else budget_key
-                left[key] = left.get(key, 0) + 1
+                # a plain increment (no lock): these are the calls capture must not slow down
+                (step_left if capturer.enabled else budget_left)[0] += 1
             return out
 
         wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
@@ -454,9 +453,10 @@ class Capturer:
 
     def count_left(self) -> None:
         """Hand the calls patched functions left in unselected steps to the census (counted without a lock)."""
-        for (label, reason), n in list(self._left.items()):  # the wrappers hold this dict: subtract, never swap
+        for (label, reason), cell in list(self._left.items()):  # the wrappers hold the cells: subtract, never swap
+            n = cell[0]
             if n:
-                self._left[(label, reason)] -= n
+                cell[0] -= n
                 census.seen(label, n)
                 census.skipped(label, reason, n=n)
 
@@ -485,8 +485,8 @@ class Capturer:
         self.tracker._lock = threading.Lock()
         self.captured, self.refused, self.failures, self.unstepped = {}, {}, [], {}
         self._shutdown_pid = None
-        for key in self._left:  # the parent's calls are the parent's to count
-            self._left[key] = 0
+        for cell in self._left.values():  # the parent's calls are the parent's to count
+            cell[0] = 0
 
     def uninstall(self) -> None:
         """Restore every patched function and interposed op (tests)."""
