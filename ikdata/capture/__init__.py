@@ -13,13 +13,17 @@ Modules: ``config`` (settings passed to children), ``context`` (request and step
 (the Capturer), ``adapters`` (built-in torch adapters), ``templates`` (shipped
 definition templates and :func:`trusted_instances`), ``dispatch`` and ``op_binding`` (operators
 seen at the dispatcher, aten and custom ops bound to definitions), ``census`` (every op seen,
-recorded or skipped and why, per process), ``boot`` (per-process boot), ``runner`` (run a
-command with capture on).
+recorded or skipped and why, per process), ``sources`` (which engine a call ran in, from the
+declared capture sources; plain torch the fallback), ``running`` (the capture running in this
+process: the public interface features' capture hooks use), ``module_call`` (torch's own module-call
+shortcut, where it applies), ``boot`` (per-process boot, reached only by the interpreter's ``.pth`` line
+and by capture), ``runner`` (run a command with capture on).
 """
 
 from __future__ import annotations
 
-from ikdata.capture.boot import current, flush, install, uninstall
+from ikdata.capture.boot import install, uninstall
+from ikdata.capture.running import current, flush
 from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
 from ikdata.capture.context import request, step, write_request_file
 from ikdata.core.templates import instantiate, load_templates, trusted_instances

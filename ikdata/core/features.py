@@ -132,7 +132,9 @@ class Source:
         module: the top-level module whose import means the source runs in a process.
         order: its sampler's cut order (``ikdata.sampling.distribution.ORDERS``), or None.
         hooks: a module with ``install(capturer)`` (and optionally ``uninstall()``) that capture installs
-            in every captured process after the operator adapters, or None.
+            in every captured process after the operator adapters, or None. The module finds its own
+            declaration with :func:`ikdata.capture.sources.declared_by` (importing its ``feature`` module
+            would close a cycle: the declaration names it).
         engine: whether, when loaded, it names the engine of a process (a serving engine), rather than a
             library a program calls.
         importer: ``f(src, definitions)``: reads a folder of the source's own format for ``ikdata import``

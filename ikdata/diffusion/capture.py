@@ -1,6 +1,6 @@
 """Diffusers hooks: every pipeline call becomes a trajectory, with no change to the program.
 
-:func:`install` (run by :func:`ikdata.capture.boot.install`, once torch is imported) patches, at class
+:func:`install` (run by :func:`ikdata.capture.adapters.install`, once torch is imported) patches, at class
 level, ``__call__`` of every Diffusers pipeline class (subclasses of ``DiffusionPipeline`` or
 ``ModularPipeline`` that define it) and ``step`` of every scheduler class (subclasses of
 ``SchedulerMixin`` that define it): in the Diffusers modules already imported, and in every one
