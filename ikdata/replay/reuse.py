@@ -7,7 +7,7 @@ definition's tolerance and judge, and the default table) and the ikdata version.
 
 Where results come from: cases judged earlier in the same run, and a per-user
 cache file, ``$IKDATA_CACHE_DIR/replay-reuse.jsonl`` (default
-``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``). The cache is written only by
+``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``: :mod:`ikdata.core.cache_dir`). The cache is written only by
 ikdata replay on this machine (not with ``--no-reuse``), never read from a dataset: a report shipped with
 a dataset from elsewhere could claim passes that never ran, so it is not a
 source of reuse. Errors and skips are never reused; only judged cases
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ikdata.core import jsonl
+from ikdata.core.cache_dir import user_cache_dir
 from ikdata.core.digest import record_digest
 from ikdata.core.store import rehash_file
 from ikdata.core.status import JUDGED
@@ -49,12 +50,8 @@ def _verdict(case: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def default_cache_path() -> Path:
-    """``$IKDATA_CACHE_DIR/replay-reuse.jsonl``, else under ``$XDG_CACHE_HOME/ikdata`` or ``~/.cache/ikdata``."""
-    folder = os.environ.get("IKDATA_CACHE_DIR")
-    if not folder:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "ikdata")
-    return Path(folder) / CACHE_FILE
+    """``replay-reuse.jsonl`` in the per-user cache folder (:func:`ikdata.core.cache_dir.user_cache_dir`)."""
+    return user_cache_dir() / CACHE_FILE
 
 
 def reuse_key(*, reference_digest: str, input_digests: Mapping[str, str], scalars: Mapping[str, Any],
