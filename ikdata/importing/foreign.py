@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-import orjson
-
 from ikdata.core import repeats
 from ikdata.core import jsonl, manifest, schema
 from ikdata.core.dataset import FLASHINFER, IKDATA, SEED, Dataset, seed_receipt
 from ikdata.core.definitions import REORDERED_BY_WRITING, Definition
 from ikdata.core.digest import bytes_digest
+from ikdata.core.errors import RecordError
 from ikdata.core.paths import PathResolver, text_refusal
 from ikdata.core.problems import Problem
 from ikdata.core.records import RandomInput, Receipt, TensorRef, WorkloadRow
 from ikdata.core.safetensors_format import BLOB_KEY, TensorEntry
 from ikdata.core.store import BlobCheck, blob_path, digest_from_path, rehash_file
+from ikdata.judging.cases import Case, Report, read_report
 
 FLASHINFER_ORIGIN = "flashinfer-trace"
 
@@ -106,7 +106,7 @@ class Source:
 
     ``rows`` and ``receipts`` are keyed by uuid and hold ikdata-layout dicts; ``where``
     maps a uuid to the file:line of its row (for messages); ``tensors`` maps a digest to
-    the bytes that carry it; ``cases`` maps a uuid to its report cases.
+    the bytes that carry it; ``report`` is SRC's replay report and ``cases`` maps a uuid to its cases there.
     """
 
     root: Path
@@ -121,10 +121,10 @@ class Source:
     where: dict[str, str] = field(default_factory=dict)
     receipts: dict[str, dict] = field(default_factory=dict)
     tensors: dict[str, TensorSource] = field(default_factory=dict)
-    report: dict | None = None
+    report: Report | None = None
     report_digest: str | None = None
     report_name: str | None = None
-    cases: dict[str, list[dict]] = field(default_factory=dict)
+    cases: dict[str, list[Case]] = field(default_factory=dict)
     case_numbers: dict[str, list[int]] = field(default_factory=dict)  # uuid -> index in the report of each case
     left_out: list[LeftOut] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -326,6 +326,8 @@ def _convert(ds: Dataset, descriptor: Any, source: Source, hashed: dict, where: 
 
 
 def _read_report(ds: Dataset, source: Source) -> None:
+    """SRC's replay report, read by the one reader (:func:`ikdata.judging.cases.read_report`) once the path rule
+    allows it: its cases by uuid, or a problem naming the report and the JSON pointer of what is wrong."""
     path = ds.report_path
     if not os.path.lexists(path):
         return
@@ -334,25 +336,29 @@ def _read_report(ds: Dataset, source: Source) -> None:
     if refusal is not None:
         source.problems.append(refusal.problem())
         return
-    data = path.read_bytes()
     try:
-        report = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        source.problems.append(Problem(display, f"malformed JSON: {exc}", code="malformed-json"))
+        report = read_report(path)
+        data = path.read_bytes()  # the bytes the receipts name it by
+    except RecordError as exc:
+        source.problems.append(_report_problem(exc, display))
         return
-    cases = report.get("cases") if isinstance(report, dict) else None
-    found = schema.check("report", dict(report, cases=[]) if isinstance(cases, list) else report, path=display)
-    if found:
-        source.problems += found
+    except OSError as exc:
+        source.problems.append(Problem(display, f"cannot read the replay report: {exc}", code="malformed-json"))
         return
     source.report, source.report_digest, source.report_name = report, bytes_digest(data), display
-    for number, case in enumerate(cases):
-        uuid = case.get("uuid") if isinstance(case, dict) else None
-        if not isinstance(uuid, str):
-            source.problems.append(Problem(display, "a case without a uuid string", pointer=f"/cases/{number}"))
-            continue
-        source.cases.setdefault(uuid, []).append(case)  # each is schema-checked when the gate uses it
-        source.case_numbers.setdefault(uuid, []).append(number)
+    for number, case in enumerate(report.cases):
+        source.cases.setdefault(case.uuid, []).append(case)
+        source.case_numbers.setdefault(case.uuid, []).append(number)
+
+
+def _report_problem(exc: RecordError, display: str) -> Problem:
+    """The reader's error as a problem of SRC: at the report's dataset-relative name and the error's JSON pointer
+    (``schema`` when the report is JSON but not a replay report, else ``malformed-json``)."""
+    where = (exc.path or "") + (f":{exc.line}" if exc.line is not None else "") + \
+        (f": {exc.pointer}" if exc.pointer else "")
+    message = str(exc)[len(where) + 2:] if where and str(exc).startswith(where + ": ") else str(exc)
+    return Problem(display, message, pointer=exc.pointer,
+                   code="schema" if message.startswith("not a replay report") else "malformed-json")
 
 
 def source_id(ds: Dataset, built: dict | None = None) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ikdata.core import jsonl, schema
+from ikdata.core import jsonl
 from ikdata.core.dataset import IKDATA, RECEIPTS, SEED, Dataset, blob_paths, find_layout
 from ikdata.core.definitions import (DATASET, Definition, definition_bytes, definition_relpath, read_folder,
                                      workloads_relpath)
@@ -42,6 +42,7 @@ from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 from ikdata.core.safetensors_format import BLOB_KEY
 from ikdata.importing.carried import Carried, plan_carried
+from ikdata.judging.cases import Case, Report
 
 CANNOT_REJUDGE = "cannot-rejudge"  # a verdict SRC claims that import cannot re-judge here
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
@@ -95,7 +96,7 @@ def _trusted(source: Source, name: str) -> Definition | None:
     return defn if is_trusted(defn, trusted=source.trusted) else None
 
 
-def _seed_reasons(case: dict, report: dict, row: dict, receipt: dict) -> list[str]:
+def _seed_reasons(case: Case, report: Report, row: dict, receipt: dict) -> list[str]:
     """Why a seed-report case cannot be trusted. Seed cases carry ``max_absolute_errors`` only.
 
     Accepted when: the status is passed; there is one finite error per expected output;
@@ -104,16 +105,16 @@ def _seed_reasons(case: dict, report: dict, row: dict, receipt: dict) -> list[st
     rehashed, and the user vouches for the definitions by naming them with --definitions.
     """
     reasons = []
-    if case.get("status") != Status.PASSED:
-        reasons.append(f"status is {case.get('status')!r}")
-    errors = case.get("max_absolute_errors")
+    if not case.passed:
+        reasons.append(f"status is {case.status!r}")
+    errors = case.max_absolute_errors
     if not isinstance(errors, list) or len(errors) != len(receipt["expected_output"]):
         reasons.append(f"expected one max_absolute_errors entry per output "
                        f"({len(receipt['expected_output'])}), got {errors!r}")
     elif not all(isinstance(e, (int, float)) and math.isfinite(e) for e in errors):
         reasons.append(f"max_absolute_errors {errors} are not all finite")
-    if case.get("axes") is not None and case["axes"] != row["workload"]["axes"]:
-        reasons.append(f"the case's axes {case['axes']} are not the row's {row['workload']['axes']}")
+    if "axes" in case.order and case.axes is not None and case.axes != row["workload"]["axes"]:
+        reasons.append(f"the case's axes {case.axes} are not the row's {row['workload']['axes']}")
     table = report.get("tolerances") or {}
     for dtype, default in SEED_TOLERANCES.items():
         used = table.get(dtype)
@@ -122,109 +123,128 @@ def _seed_reasons(case: dict, report: dict, row: dict, receipt: dict) -> list[st
     return reasons
 
 
-def _digest_reasons(case: dict, row: dict, receipt: dict) -> list[str]:
+def _digest_reasons(case: Case, row: dict, receipt: dict) -> list[str]:
     """The case must be about exactly these bytes: its digests name this row's and receipt's tensors."""
     reasons = []
     for key, descriptors in (("input_digests", row["workload"]["inputs"]),
                              ("expected_digests", receipt["expected_output"])):
         wanted = {n: digest_from_path(d["path"]) for n, d in descriptors.items() if d["type"] == "safetensors"}
-        if case.get(key) != wanted:
-            reasons.append(f"the case's {key} {case.get(key)} do not name this workload's tensors {wanted}")
+        if getattr(case, key) != wanted:
+            reasons.append(f"the case's {key} {getattr(case, key)} do not name this workload's tensors {wanted}")
     return reasons
 
 
-def validation_record(case: dict, report: dict, *, report_name: str | None, report_digest: str | None,
+# The validation's own fields; a case's family records (a trajectory's measurements ...) travel beside them.
+_VALIDATION_FIELDS = ("status", "metrics", "tolerance", "tolerances", "device", "device_name", "torch",
+                      "ikdata_version", "input_digests", "expected_digests", "reference_digest", "finished_at",
+                      "report", "basis", "shared")
+
+
+def validation_record(case: Case, report: Report, *, report_name: str | None, report_digest: str | None,
                       seed: bool = False) -> dict:
     """The ``validation`` an import attaches to a receipt (``schemas/validation.schema.json``).
 
     It keeps what a later import needs to recheck it: metrics, per-output tolerance,
-    the default table, and the digests judged.
+    the default table, the digests judged, and every family record of the case
+    (:attr:`~ikdata.judging.cases.Case.records`: a denoiser step judged by its trajectory keeps its measurements).
     """
     record: dict[str, Any] = {
-        "status": case["status"],
-        "metrics": case.get("metrics"),
-        "tolerance": case.get("tolerance"),
+        "status": str(case.status),
+        "metrics": case.metrics,
+        "tolerance": case.tolerance,
         "tolerances": report.get("tolerances"),
-        "device": case.get("device") or report.get("device"),
+        "device": case.device or report.get("device"),
         "device_name": report.get("device_name"),
-        "torch": case.get("torch") or report.get("torch"),
+        "torch": case.torch or report.get("torch"),
         "ikdata_version": report.get("ikdata_version"),
-        "input_digests": case.get("input_digests"),
-        "expected_digests": case.get("expected_digests"),
-        "reference_digest": case.get("reference_digest"),
-        "trajectory": case.get("trajectory"),  # a denoiser step judged by its trajectory: its measurements
+        "input_digests": case.input_digests,
+        "expected_digests": case.expected_digests,
+        "reference_digest": case.reference_digest,
+        **{k: v for k, v in case.records.items() if k not in _VALIDATION_FIELDS},
         "finished_at": report.get("finished_at"),
         "report": f"{report_name}@{report_digest}" if report_name else None,
     }
     if seed:
-        record["metrics"] = {"max_absolute_errors": case.get("max_absolute_errors")}
+        record["metrics"] = {"max_absolute_errors": case.max_absolute_errors}
         record["basis"] = "seed report: max_absolute_errors only, no digests of the judged bytes"
     return {k: v for k, v in record.items() if v is not None}
 
 
-def _reference_reasons(case: dict, definition: Definition, where: str) -> list[str]:
+def _reference_reasons(case: Case, definition: Definition, where: str) -> list[str]:
     """A case is about this definition only if it was judged by its current reference (by digest).
 
     A case that names no reference digest (written by hand, or by an older ikdata) has nothing to
     compare; requiring one would stop no forger, who can write the current digest as easily: the
     re-judging (:mod:`ikdata.importing.rejudge`) is what checks a claim.
     """
-    claimed, current = case.get("reference_digest"), definition.reference_digest
+    claimed, current = case.reference_digest, definition.reference_digest
     if claimed is None or claimed == current:
         return []
-    return [f"{where}: case {case.get('uuid')} was judged with reference {claimed}, but the reference of "
+    return [f"{where}: case {case.uuid} was judged with reference {claimed}, but the reference of "
             f"{definition.name!r} is now {current}; replay it again"]
 
 
-def _validation_for(source: Source, uuid: str, row: dict,
-                    receipt: dict) -> tuple[dict | None, list[str], tuple[str, str | None] | None]:
+def _inherited(source: Source, uuid: str, row: dict, validation: dict) -> tuple[Case, Report, dict]:
+    """A receipt's validation from an earlier import, as the case and report it was made from (its shared
+    context merged back, :func:`ikdata.core.verdicts.expand_validation`), and as the dict it stays.
+
+    Raises:
+        RecordError: its shared context is missing or altered, or it is not a validation.
+    """
+    expanded = expand_validation(source.root, validation)
+    case = Case.from_json({**expanded, "definition": row["definition"], "uuid": uuid},
+                          path=source.where.get(uuid, str(source.named)), pointer="/validation")
+    report = Report({"tolerances": expanded.get("tolerances") or {}, "device": expanded.get("device", ""),
+                     "torch": expanded.get("torch", "")})
+    return case, report, expanded
+
+
+def _validation_for(source: Source, uuid: str, row: dict, receipt: dict, report_json: dict | None
+                    ) -> tuple[dict | None, list[str], tuple[str, str | None] | None]:
     """The validation to attach, the reasons it cannot be trusted (empty: admitted), and the report
-    case the reasons are about (file, pointer) when one is to blame rather than the row."""
+    case the reasons are about (file, pointer) when one is to blame rather than the row.
+    ``report_json``: SRC's report as its JSON document (what a family's re-check reads)."""
     cases = source.cases.get(uuid)
     report = source.report
+    inherited = None
     if not cases:
-        inherited = receipt.get("validation")
-        if inherited is None:
+        if receipt.get("validation") is None:
             return None, ["the replay report has no case for it" if report else "SRC has no replay report"], None
         try:  # a validation that names its shared context (core.verdicts): read as if written whole
-            inherited = expand_validation(source.root, inherited)
+            case, report, inherited = _inherited(source, uuid, row, receipt["validation"])
         except RecordError as exc:
             return None, [f"{exc.path}: {str(exc).split(': ', 1)[-1]}"], None
-        cases, report = [inherited], {"tolerances": inherited.get("tolerances") or {},
-                                      "device": inherited.get("device", ""), "torch": inherited.get("torch", "")}
-        if inherited.get("basis", "").startswith("seed report"):
+        cases, report_json = [case], dict(report.header)
+        if str(inherited.get("basis", "")).startswith("seed report"):
             return None, ["its only validation is a seed report's, which a later import cannot recompute"], None
     reasons: list[str] = []
     at = None
-    own = report is source.report  # else: the validation the seed's own import merged into its receipt
-    if own:
-        found = schema.check("report", dict(report, cases=cases), path=source.report_name or "report")
-        if found:
-            return None, [f"the report's case is malformed: {p.pointer} {p.message}" for p in found], None
-    seed = source.layout == SEED and all("metrics" not in c for c in cases)
+    own = inherited is None  # else: the validation the seed's own import merged into its receipt
+    seed = source.layout == SEED and all("metrics" not in c.order for c in cases)
     if own and not seed and report.get("format") != REPORT_FORMAT:
         return None, [f"the report {source.report_name or ''} has format {report.get('format')!r}; "
                       f"ikdata reads {REPORT_FORMAT!r} reports only"], None
     definition = source.definitions[row["definition"]]
     for number, case in enumerate(cases):
-        if case.get("definition") not in (None, row["definition"]):
-            reasons.append(f"the case is for definition {case.get('definition')!r}, not {row['definition']!r}")
+        if case.definition != row["definition"]:
+            reasons.append(f"the case is for definition {case.definition!r}, not {row['definition']!r}")
         if seed:
             reasons += _seed_reasons(case, report, row, receipt)
             continue
         pointer = f"/cases/{source.case_numbers[uuid][number]}" if own and uuid in source.case_numbers else None
         where = f"{source.report_name}#{pointer}" if pointer else \
-            f"its receipt's validation (from {case.get('report') or 'an earlier import'})"
+            f"its receipt's validation (from {inherited.get('report') or 'an earlier import'})"
         stale = _reference_reasons(case, definition, where)
         if stale:  # judged by another reference: the verdict is not about this definition at all
             reasons += stale
             at = at or ((source.report_name, pointer) if pointer else None)
             continue
-        reasons += (recheck(case, report, definition=_trusted(source, row["definition"]))
+        judged = inherited if inherited is not None else case.to_json()
+        reasons += (recheck(judged, report_json, definition=_trusted(source, row["definition"]))
                     or _digest_reasons(case, row, receipt))
     if reasons:
         return None, reasons, at
-    record = cases[-1] if not own and not seed else validation_record(  # seed verdicts keep their "basis" marker
+    record = inherited if not own and not seed else validation_record(  # seed verdicts keep their "basis" marker
         cases[-1], report, report_name=source.report_name if own else None,
         report_digest=source.report_digest if own else None, seed=seed)
     return record, [], None
@@ -284,6 +304,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
     plan.dst_parents = [p["id"] for p in (_manifest_or_empty(dst).get("parents") or [])]
     import_hop = {"source": str(source.root), "how": "import", "at": 0.0, **(hop or {}), "from": source.dataset_id}
 
+    report_json: dict | None = None
     plan.skipped.extend(source.held)
     for name in sorted(source.held_definitions & set(source.definitions)):
         _definition_target(source.definitions[name], dst_defs, plan)  # a changed definition is a conflict
@@ -318,7 +339,9 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
                     f"{why.get('reason') if isinstance(why, dict) else why}; capture it again"))
                 continue
             if receipt["expected_output"]:
-                validation, reasons, at = _validation_for(source, uuid, row, receipt)
+                if report_json is None and source.report is not None:
+                    report_json = source.report.to_json()  # once: what the families' re-checks read
+                validation, reasons, at = _validation_for(source, uuid, row, receipt, report_json)
                 code = "unvalidated"
                 if not reasons and not trust_reports:
                     reasons = _claim_reasons(source, source.definitions[row["definition"]], validation,

@@ -113,6 +113,7 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
         return Rejudged(0)
     from ikdata.core.dataset import Dataset
     from ikdata.judging import families
+    from ikdata.judging.cases import read_report
     from ikdata.replay.runner import replay
 
     source = plan.source
@@ -129,24 +130,24 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
         chosen, wanted = set(claims), None
     with tempfile.TemporaryDirectory(prefix="ikdata-rejudge-") as folder:
         result = replay(ds, device=device, uuids=wanted, trust=trust, report_path=Path(folder) / "replay.json")
-    cases = {case.get("uuid"): case for case in result.report.get("cases") or []}
+        cases = {case.uuid: case for case in read_report(result.report_path).cases}
     refused = {r.definition: r.message for r in result.refused}
     problems, disagreeing, reasons = [], [], []
     for uuid in sorted(chosen, key=lambda u: (definition_of[u], u)):
         case, name = cases.get(uuid), definition_of[uuid]
-        if case is not None and case.get("status") == Status.PASSED:
+        if case is not None and case.passed:
             continue
         if case is None:
             found = f"it could not be re-judged: {refused.get(name, 'the replay gave no case for it')}"
         else:
-            verb = {Status.FAILED: "fails", Status.ERROR: "errors"}.get(case.get("status"), f"is {case.get('status')}")
-            found = f"re-judged here, it {verb}: {case.get('reason') or 'no reason given'}"
+            verb = {Status.FAILED: "fails", Status.ERROR: "errors"}.get(case.status, f"is {case.status}")
+            found = f"re-judged here, it {verb}: {case.reason or 'no reason given'}"
         reason = f"SRC's report says it passed, but {found}"
         problems.append(Problem(source.where.get(uuid, str(source.named)), f"workload {uuid} ({name}): {reason}",
                                 code="rejudged"))
         disagreeing.append(uuid)
         reasons.append(reason)
-    reused = sum(1 for uuid in chosen if (cases.get(uuid) or {}).get("reused"))
+    reused = sum(1 for uuid in chosen if uuid in cases and cases[uuid].reused)
     return Rejudged(len(claims), len(chosen), len(chosen) < len(claims), reused, tuple(problems),
                     disagreeing=tuple(disagreeing), reasons=tuple(reasons))
 

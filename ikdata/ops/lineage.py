@@ -14,15 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import orjson
-
 from ikdata.core.dataset import Dataset
 from ikdata.core.features import hooks as family_hooks
 from ikdata.core.index import lookup
-from ikdata.core.errors import ProblemsFound, UsageError
+from ikdata.core.errors import ProblemsFound, RecordError, UsageError
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, TensorRef, WorkloadRow
 from ikdata.core.store import DIGEST_RE, digest_from_path
+from ikdata.judging.cases import Case, read_report
 
 CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
                   "operation", "module_path", "process_id", "host", "rank", "world_size", "local_rank",
@@ -172,7 +171,7 @@ def _receipts(ds: Dataset) -> Iterator[Any]:
                                            code="schema"))
 
 
-def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str, ...], *,
+def _chain(row: Any, receipt: Any, cases: list[Case], uuid: str, uses: tuple[str, ...], *,
            root: Any = None) -> Chain:
     capture = None
     imports: tuple[dict, ...] = ()
@@ -184,7 +183,7 @@ def _chain(row: Any, receipt: Any, cases: list[dict], uuid: str, uses: tuple[str
         imports = receipt.imports
         if receipt.validation:
             validations.append(_summary(_expanded(root, receipt.validation), "receipt (attached by import)"))
-    validations += [_summary(case, "this dataset's replay report") for case in cases]
+    validations += [_summary(case.to_json(), "this dataset's replay report") for case in cases]
     where = f"{row.source}:{row.line}" if row is not None else "(no row)"
     return Chain(uuid, row.definition if row else receipt.definition, where, capture, imports,
                  tuple(validations), uses, request)
@@ -208,17 +207,21 @@ def _summary(validation: dict, where: str) -> dict:
     return {"from": where, **{k: validation[k] for k in keys if validation.get(k) is not None}}
 
 
-def _report_cases(ds: Dataset) -> dict[str, list[dict]]:
+def _report_cases(ds: Dataset) -> dict[str, list[Case]]:
+    """The dataset's report cases by uuid, each with the report's device where it names none; a report that
+    cannot be read is a located problem of ``ds`` (its file and JSON pointer), and lists no case."""
     if not ds.report_path.is_file():
         return {}
     try:
-        report = orjson.loads(ds.report_path.read_bytes())
-    except orjson.JSONDecodeError:
+        report = read_report(ds.report_path)
+    except RecordError as exc:
+        where = f"{exc.path}: {exc.pointer}: " if exc.pointer else f"{exc.path}: "
+        message = str(exc)[len(where):] if str(exc).startswith(where) else str(exc)
+        ds.problems.append(Problem(ds.rel(ds.report_path), message, pointer=exc.pointer, code="report"))
         return {}
-    found: dict[str, list[dict]] = {}
-    for case in report.get("cases") or []:
-        if isinstance(case, dict) and "uuid" in case:
-            found.setdefault(case["uuid"], []).append(dict(case, device=case.get("device") or report.get("device")))
+    found: dict[str, list[Case]] = {}
+    for case in report.cases:
+        found.setdefault(case.uuid, []).append(case.with_(device=case.device or report.get("device")))
     return found
 
 
