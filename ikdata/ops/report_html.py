@@ -43,6 +43,7 @@ from ikdata.core.problems import Problem
 from ikdata.core.status import Status
 from ikdata.core.store import write_atomic
 from ikdata.judging import families
+from ikdata.judging.cases import Report
 from ikdata.ops.report_parts import (NOT_A_NUMBER, CaseView, Checks, FamilySection, axes, escape, is_number, label,
                                      plotly, reason_text, zeros_on_log_axis)
 
@@ -173,14 +174,20 @@ def _family_sections(report: Mapping[str, Any], cases: list[tuple[int, Mapping[s
     return found
 
 
-def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
+def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay report",
          path: str = "report", plotly_js: str | None = None) -> tuple[str, list[Problem]]:
     """The whole HTML page and the problems met: values of the wrong type, each named by ``path`` and its
     JSON pointer. plotly.js is included once: inlined, or with ``plotly_js`` a file of that name beside the
-    page (:data:`PLOTLY_JS`, written by :func:`write_html`)."""
+    page (:data:`PLOTLY_JS`, written by :func:`write_html`).
+
+    ``report``: a :class:`~ikdata.judging.cases.Report` (as :func:`~ikdata.judging.cases.read_report` gives it),
+    or any JSON document: the page reads its JSON either way, each value through :class:`Checks`, so a report
+    no schema checked (a case that is not an object, a uuid that is a number) is drawn with located problems
+    where the typed reader would refuse it whole."""
     plotly()
     import plotly.io as pio
 
+    report = report.to_json() if isinstance(report, Report) else report
     checks = Checks(path)
     cases: list[tuple[int, Mapping[str, Any]]] = []
     for n, case in enumerate(checks.items(report.get("cases"), "/cases")):
@@ -242,7 +249,7 @@ def draw(report: Mapping[str, Any], *, title: str = "ikdata replay report",
     return page, problems
 
 
-def render(report: Mapping[str, Any], *, title: str = "ikdata replay report") -> str:
+def render(report: Report | Mapping[str, Any], *, title: str = "ikdata replay report") -> str:
     """The whole HTML page (plotly.js inlined once); :func:`draw` also returns the problems it met."""
     return draw(report, title=title)[0]
 
@@ -274,7 +281,7 @@ def write_plotly_js(folder: str | os.PathLike) -> Path:
     return target
 
 
-def write_html(report: Mapping[str, Any], out: str | os.PathLike, *, title: str = "ikdata replay report",
+def write_html(report: Report | Mapping[str, Any], out: str | os.PathLike, *, title: str = "ikdata replay report",
                path: str = "report", self_contained: bool = False) -> tuple[Path, list[Problem]]:
     """Render and write the page atomically; returns its path and the problems met (see :func:`draw`).
 
