@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,8 +45,18 @@ def normalize(event: Any) -> Event:
     if hasattr(event, "objects_done"):  # a transfer
         return Event(event.phase, event.objects_done, event.objects_total, event.bytes_done, event.bytes_total)
     case = getattr(event, "case", None)
-    note = f"{case.get('status')} {case.get('definition')}" if isinstance(case, dict) else ""
-    return Event(getattr(event, "phase", ""), event.done, event.total, note=note)
+    return Event(getattr(event, "phase", ""), event.done, event.total, note=_case_note(case))
+
+
+def _case_note(case: Any) -> str:
+    """The note of a replay event's case ("passed gemm"): a Case, or its JSON object as the report holds it."""
+    if case is None:
+        return ""
+    if isinstance(case, Mapping):
+        return f"{case.get('status')} {case.get('definition')}"
+    from ikdata.judging.cases import Case  # only replay's events carry a case
+
+    return f"{case.status} {case.definition}" if isinstance(case, Case) else ""
 
 
 def interval() -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -14,6 +14,9 @@ from ikdata.cli import _output as out
 from ikdata.cli import app
 from ikdata.core.status import Status
 from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt, QuietOpt
+
+if TYPE_CHECKING:
+    from ikdata.judging.cases import Report
 
 REPLAY_EXAMPLES = """
 \b
@@ -167,7 +170,9 @@ def replay_command(
                           "worker_deaths": cluster.worker_deaths, "fetched_bytes": cluster.fetched_bytes}
 
     def human() -> None:
-        _print_summary(summary, result.report)
+        from ikdata.judging.cases import Report
+
+        _print_summary(summary, Report.of(result.report, path=str(result.report_path)))
         if cluster is not None:
             out.info(f"ray: {cluster.tasks} tasks on {cluster.workers} CPUs / {cluster.gpus} GPUs "
                      f"({cluster.address}, start-up {cluster.startup_seconds:.1f} s), "
@@ -187,14 +192,15 @@ def replay_combine(
     Exit 0 when every case in the combined report passed, 1 otherwise.
     """
     from ikdata.core.errors import UsageError
+    from ikdata.judging.cases import read_report
     from ikdata.replay import report as report_mod
     from ikdata.replay.summary import summarize
 
     if output.is_file() and _is_shard_report(output):
         raise UsageError(f"{output} is a shard report, so it cannot be OUTPUT (it would be overwritten): "
                          "name the combined report first: ikdata replay-combine OUTPUT SHARD_REPORT...")
-    combined = report_mod.combine([report_mod.load(p) for p in reports], names=[str(p) for p in reports])
-    report_mod.write(output, combined)
+    combined = report_mod.combine_reports([read_report(p) for p in reports], names=[str(p) for p in reports])
+    report_mod.write(output, combined.to_json())
     summary = summarize(combined, report_path=output)
     o = out.Output(json=json_, quiet=quiet)
     o.result(summary, lambda: _print_summary(summary, combined, tables=False))
@@ -248,7 +254,7 @@ def _wrapped(line: str) -> str:
 _LISTED = 20  # a definition with more cases lists only those that did not pass
 
 
-def _print_tables(report: dict[str, Any], covered: frozenset[str] = frozenset()) -> None:
+def _print_tables(report: Report, covered: frozenset[str] = frozenset()) -> None:
     """One table per definition, laid out for the terminal's width: columns are dropped or cut,
     never wrapped (notes that do not fit are printed whole under the table). Definitions a family's
     summary table lists (``covered``) are left to it."""
@@ -273,7 +279,7 @@ def _print_tables(report: dict[str, Any], covered: frozenset[str] = frozenset())
             out.info(f"  ({len(rows) - len(shown)} passed cases not listed; see the report)")
 
 
-def _print_summary(summary: dict[str, Any], report: dict[str, Any], *, tables: bool = True) -> None:
+def _print_summary(summary: dict[str, Any], report: Report, *, tables: bool = True) -> None:
     """The per-definition tables (unless ``tables`` is False), every family's summary, then one line of counts."""
     from ikdata.judging.families import summaries
     from ikdata.judging.summary_table import SummaryTable

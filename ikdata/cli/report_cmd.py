@@ -53,16 +53,17 @@ def report_command(
 
         raise UsageError(f"--html {html}: no such folder {Path(html).parent}; create it first")
     source = report_html.report_path_for(target)
-    report = read_report(source).to_json()
-    written, problems = report_html.write_html(report, html, title=f"ikdata replay report: {target}",
+    report = read_report(source)
+    drawn = report.to_json()
+    written, problems = report_html.write_html(drawn, html, title=f"ikdata replay report: {target}",
                                                path=str(source), self_contained=self_contained)
     library = None if self_contained else written.parent / report_html.plotly_js_name()
-    counted = _counted(report)
-    document = {"report": str(source), "html": str(written), "cases": len(report["cases"]),
+    counted = _counted(drawn)
+    document = {"report": str(source), "html": str(written), "cases": len(report.cases),
                 **counted, "bytes": written.stat().st_size,
-                "failing": sum(1 for c in report["cases"] if c.get("status") in (Status.FAILED, Status.ERROR)),
+                "failing": sum(1 for c in report.cases if c.status in (Status.FAILED, Status.ERROR)),
                 "plotly_js": str(library) if library else None, "problems": [p.to_dict() for p in problems]}
-    o.result(document, lambda: out.info(f"wrote {written} ({len(report['cases'])} cases, "
+    o.result(document, lambda: out.info(f"wrote {written} ({len(report.cases)} cases, "
                                         + "".join(f"{n} {noun}, " for noun, n in counted.items())
                                         + f"{document['failing']} failing, "
                                         f"{out.human_bytes(document['bytes'])}) from {source}"
@@ -75,8 +76,9 @@ def report_command(
 
 
 def _counted(report: dict) -> dict[str, int]:
-    """What each family's summary table counts (``{"trajectories": 3}``). A report the page draws may hold values
-    of the wrong type (listed on the page); a family whose summary they break is not counted."""
+    """What each family's summary table counts (``{"trajectories": 3}``), from the report's JSON document (what a
+    ``summary`` hook reads). A report the page draws may hold values of the wrong type (listed on the page); a
+    family whose summary they break is not counted."""
     from ikdata.judging.families import FAMILIES
     from ikdata.judging.summary_table import SummaryTable
 

@@ -22,6 +22,7 @@ import math
 from typing import Any, Mapping
 
 from ikdata.core.status import Status
+from ikdata.judging.cases import Case, Report
 
 DEFAULT_K = 2.0  # docs/diffusion.md "Numerics by dtype": honest exact kernels measured at most 1.16 f, every dtype
 DEFAULT_EPS = 0.0  # absolute slack on a relative L2 error; each step's own slack (one rounding) replaced 1e-6
@@ -200,77 +201,86 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any] | None = None,
 # -- the denoiser workloads of a trajectory's steps: their cases follow from the trajectory's ----------------
 
 _SHARED = ("k", "eps", "fallback_tolerance", "attention", "level", "scheduler")
+TRAJECTORY_PREFIX = "trajectory:"  # a trajectory case's definition: trajectory:<pipeline class>
+TRAJECTORY = "trajectory"  # a case's record of measurements (a trajectory's, or one step's of it)
 
 
-def step_cases(trajectory_case: Mapping[str, Any]) -> list[dict[str, Any]]:
+def steps_of(trajectory: Case) -> list[Case]:
     """The cases of the denoiser workloads a judged trajectory names, decided from its step measurements.
 
     Each holds the measurements of its step (every stream) under ``trajectory`` (with ``of``, the
     trajectory id), and the digests of its row's inputs and receipt's outputs, so import re-checks
     it like any case (:func:`recheck`).
     """
-    measures = trajectory_case.get("trajectory") or {}
+    measures = trajectory.record(TRAJECTORY) or {}
     found = []
     for workload in measures.get("workloads") or []:
-        case: dict[str, Any] = {key: workload[key] for key in ("definition", "uuid", "axes", "input_digests",
-                                                                "expected_digests", "reference_digest")
-                                if key in workload}
-        case.update(device=trajectory_case.get("device"), torch=trajectory_case.get("torch"), seconds=0.0)
-        case = {k: v for k, v in case.items() if v is not None}
-        if trajectory_case.get("status") == Status.ERROR:
-            case.update(status=Status.ERROR, reason=f"its trajectory {trajectory_case['uuid'][:12]} could not be "
-                                               f"replayed: {trajectory_case.get('reason')}")
-            found.append(case)
+        known = {key: workload[key] for key in ("axes", "input_digests", "expected_digests", "reference_digest")
+                 if workload.get(key) is not None}
+        case = Case(workload["definition"], workload["uuid"], Status.SKIPPED, **known, device=trajectory.device,
+                    torch=trajectory.torch, seconds=0.0)
+        if trajectory.status is Status.ERROR:
+            found.append(case.with_(status=Status.ERROR, reason=f"its trajectory {trajectory.uuid[:12]} could not "
+                                                              f"be replayed: {trajectory.reason}"))
             continue
         subset = {key: measures.get(key) for key in _SHARED}
         kind = workload.get("kind", "denoiser")  # a denoiser is judged by e, a scheduler step by its chain
         stream = workload.get("stream") if kind == "scheduler_step" else None
-        subset.update(of=trajectory_case["uuid"], index=workload["index"], part=kind,
+        subset.update(of=trajectory.uuid, index=workload["index"], part=kind,
                       steps=[dict(s) for s in measures.get("steps") or [] if s.get("index") == workload["index"]
                              and (stream is None or s.get("stream") == stream)])
         if (measures.get("schedule") or {}).get("stopped"):
             subset["schedule"] = measures["schedule"]
         verdict = decide(subset)
-        case.update(status=verdict["status"], trajectory=subset)
-        if verdict["reason"]:
-            case["reason"] = f"step {workload['index']} of trajectory {trajectory_case['uuid'][:12]}: {verdict['reason']}"
-        found.append(case)
+        reason = verdict["reason"] and f"step {workload['index']} of trajectory {trajectory.uuid[:12]}: {verdict['reason']}"
+        found.append(case.with_(status=verdict["status"], reason=reason, records={TRAJECTORY: subset}))
     return found
+
+
+def step_cases(trajectory_case: Case | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:func:`steps_of` for a trajectory case as a report holds it (its JSON object), as JSON objects."""
+    return [case.to_json() for case in steps_of(Case.of(trajectory_case))]
 
 
 OPERATOR_FACTS = ("metrics", "tolerance")  # what a scheduler-step workload's own reference measured
 
 
-def with_operator_facts(earlier: Mapping[str, Any] | None, step_case: dict[str, Any]) -> dict[str, Any]:
+def keep_operator_facts(earlier: Case | None, step: Case) -> Case:
     """A step workload's case as its trajectory decides it, keeping what its own reference measured before (a
     scheduler-step definition's metrics and tolerance: shown on the report page). The trajectory's verdict
     governs: its chain check runs the reference scheduler on the reference schedule, which the workload's
     own scalars cannot."""
-    kept = {key: earlier[key] for key in OPERATOR_FACTS if earlier and key in earlier and key not in step_case}
-    return {**step_case, **kept} if kept else step_case
+    if earlier is None:
+        return step
+    kept = {key: getattr(earlier, key) for key in OPERATOR_FACTS
+            if getattr(earlier, key) is not None and getattr(step, key) is None}
+    return step.with_(**kept) if kept else step
 
 
-def regroup(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Replace the cases of denoiser workloads by the ones their (judged) trajectory cases decide, in place
-    (a whole run, or shards combined). Returns the cases that changed."""
-    by_uuid = {c.get("uuid"): i for i, c in enumerate(report.get("cases") or [])}
+def with_operator_facts(earlier: Case | Mapping[str, Any] | None, step_case: Case | Mapping[str, Any]
+                        ) -> dict[str, Any]:
+    """:func:`keep_operator_facts` for cases as a report holds them (JSON objects)."""
+    return keep_operator_facts(None if earlier is None else Case.of(earlier), Case.of(step_case)).to_json()
+
+
+def regroup(report: Report) -> Report:
+    """The report with the cases of denoiser workloads replaced by the ones their (judged) trajectory cases
+    decide (a whole run, or shards combined)."""
+    held = {case.uuid: case for case in report.cases}
     changed = []
-    for case in list(report.get("cases") or []):
-        if not str(case.get("definition", "")).startswith("trajectory:"):
+    for case in report.cases:
+        if not case.definition.startswith(TRAJECTORY_PREFIX):
             continue
-        for step_case in step_cases(case):
-            at = by_uuid.get(step_case["uuid"])
-            if at is None:
+        for step in steps_of(case):
+            earlier = held.get(step.uuid)
+            if earlier is None or earlier.definition != step.definition:
                 continue  # another shard's workload
-            if report["cases"][at].get("definition") != step_case.get("definition"):
-                continue
-            step_case = with_operator_facts(report["cases"][at], step_case)
-            if report["cases"][at] != step_case:
-                report["cases"][at] = step_case
-                changed.append(step_case)
-    return changed
+            step = keep_operator_facts(earlier, step)
+            if earlier.to_json() != step.to_json():
+                changed.append(step)
+    return report.with_cases(changed)
 
 
 __all__ = ["AUDIO_SNR_DB", "CHAIN_ULPS", "DEFAULT_EPS", "DEFAULT_K", "PSNR_CAP_DB", "PSNR_MEAN_DB", "PSNR_WORST_DB",
-           "chain_bound", "decide", "recheck", "regroup", "step_bound", "step_cases", "unit_roundoff",
-           "with_operator_facts"]
+           "TRAJECTORY", "TRAJECTORY_PREFIX", "chain_bound", "decide", "keep_operator_facts", "recheck", "regroup", "step_bound", "step_cases",
+           "steps_of", "unit_roundoff", "with_operator_facts"]

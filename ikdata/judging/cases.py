@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ikdata.core import features
 from ikdata.core.errors import RecordError
 from ikdata.core.status import Status
 
@@ -107,12 +108,26 @@ class Case:
                 found[key] = value  # axes: always in a case built here, as read in one read
         return found
 
+    @classmethod
+    def of(cls, value: Case | Mapping[str, Any], *, path: str = "<case>") -> Case:
+        """``value`` as a Case: a Case as it is, a case's JSON object read (public functions that callers
+        may hand either convert here, once).
+
+        Raises:
+            RecordError: a JSON object that is not a case (:meth:`from_json`).
+        """
+        return value if isinstance(value, Case) else cls.from_json(value, path=path)
+
     def record(self, name: str) -> Any:
         """A family's record in the case (``"sampling"``, ``"trajectory"``), or None."""
         return self.records.get(name)
 
     def with_(self, **changes: Any) -> Case:
-        """A copy with ``changes`` (a case is never changed in place)."""
+        """A copy with ``changes`` (a case is never changed in place); a field changed to None is no longer
+        written."""
+        cleared = {key for key, value in changes.items() if value is None and key in self.order}
+        if cleared:
+            changes["order"] = tuple(key for key in changes.get("order", self.order) if key not in cleared)
         return replace(self, **changes)
 
     @property
@@ -213,6 +228,31 @@ class Report:
                 found[key] = self.header[key]
         return found
 
+    @classmethod
+    def of(cls, value: Report | Mapping[str, Any], *, path: str = "<report>") -> Report:
+        """``value`` as a Report: a Report as it is, a report's JSON document read (public functions that
+        callers may hand either convert here, once). A document without cases reads as one with none.
+
+        Raises:
+            RecordError: a document that is not a report (:meth:`from_json`).
+        """
+        if isinstance(value, Report):
+            return value
+        if isinstance(value, Mapping) and "cases" not in value:
+            value = {**value, "cases": []}
+        return cls.from_json(value, path=path)
+
+    def with_cases(self, changed: Iterable[Case]) -> Report:
+        """A copy whose cases of the same uuid as ``changed`` are replaced by them (same places)."""
+        by_uuid = {c.uuid: c for c in changed}
+        if not by_uuid:
+            return self
+        return replace(self, cases=tuple(by_uuid.get(c.uuid, c) for c in self.cases))
+
+    def with_groups(self, family: str, groups: Iterable[Group]) -> Report:
+        """A copy with ``family``'s group verdicts replaced by ``groups`` (written where they were, else last)."""
+        return replace(self, groups={**self.groups, family: tuple(groups)})
+
     def get(self, key: str, default: Any = None) -> Any:
         """A header field (``device``, ``torch``, ``shard``, ``refused`` ...)."""
         return self.header.get(key, default)
@@ -236,9 +276,7 @@ class Report:
 
 
 def _family_names() -> tuple[str, ...]:
-    from ikdata.judging.families import FAMILIES
-
-    return tuple(f.name for f in FAMILIES if f.judges)
+    return tuple(f.name for f in features.families() if f.judges)  # operators (judged case by case) never do
 
 
 def read_report(path: str | os.PathLike) -> Report:

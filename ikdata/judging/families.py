@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from ikdata.core import features
 from ikdata.core.features import Family
+from ikdata.judging.cases import Report
 
 
 FAMILIES: tuple[Family, ...] = (*features.families(), Family("operators"))  # operators: judged case by case
@@ -82,23 +83,27 @@ def settings_from(options: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def summaries(report: Mapping[str, Any]) -> list[Any]:
+def summaries(report: Report) -> list[Any]:
     """Every family's part of replay's end summary, in declaration order: lines and
-    :class:`ikdata.judging.summary_table.SummaryTable` blocks."""
+    :class:`ikdata.judging.summary_table.SummaryTable` blocks. A ``summary`` hook reads the report's JSON
+    document (what a family outside ikdata reads of a report file too)."""
+    document = report.to_json()
     found: list[Any] = []
     for family in FAMILIES:
         summary = family.hook("summary")
         if summary is not None:
-            found += summary(report)
+            found += summary(document)
     return found
 
 
-def regroup_all(report: dict[str, Any]) -> None:
-    """Decide every family's groups again over the combined cases of shards."""
+def regroup_all(report: Report) -> Report:
+    """Decide every family's groups again over the combined cases of shards: the report each family's
+    ``regroup`` hook gives back, in declaration order (a hook that gives None changed nothing)."""
     for family in FAMILIES:
         regroup = family.hook("regroup")
         if regroup is not None:
-            regroup(report)
+            report = regroup(report) or report
+    return report
 
 
 __all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "grouped", "owner", "regroup_all",

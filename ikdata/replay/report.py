@@ -19,7 +19,7 @@ import orjson
 from ikdata.core import jsonl, schema
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.store import write_atomic
-from ikdata.judging.cases import Case, read_report
+from ikdata.judging.cases import Case, Group, Report, read_report
 
 FORMAT = "ikdata-replay/1"
 SEED_BESIDE = "results/ikdata-replay.json"  # ikdata's report in the seed layout, beside the seed's results/replay.json
@@ -197,6 +197,14 @@ class ReportFile:
             self.write()
         return case
 
+    def typed(self) -> Report:
+        """The report so far as a :class:`Report` (what a family's ``finish`` decides over)."""
+        return Report.from_json(self.report, path=str(self.path))
+
+    def set_groups(self, family: str, groups: Iterable[Group]) -> None:
+        """Record ``family``'s group verdicts (the report's list named as the family), written with the report."""
+        self.report[family] = [group.to_json() for group in groups]
+
     def write(self) -> None:
         """Replace the report with its current state (atomic and durable), then empty the journal."""
         write_atomic(self.path, [orjson.dumps(self.report, option=orjson.OPT_INDENT_2), b"\n"])
@@ -221,7 +229,19 @@ class ReportFile:
         return self.report
 
 
-def combine(reports: Iterable[Mapping[str, Any]], *, names: Iterable[str] | None = None) -> dict[str, Any]:
+def combine(reports: Iterable[Report | Mapping[str, Any]], *, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """Combine the reports of the shards ``1/N`` .. ``N/N`` of one replay into one report, as its JSON document
+    (:func:`combine_reports` for Reports; JSON documents are read as Reports first).
+
+    Raises:
+        UsageError: as :func:`combine_reports`.
+        RecordError: a JSON document that is not a report.
+    """
+    reports = [Report.of(r, path=f"report {i + 1}") for i, r in enumerate(reports)]
+    return combine_reports(reports, names=names).to_json()
+
+
+def combine_reports(reports: Iterable[Report], *, names: Iterable[str] | None = None) -> Report:
     """Combine the reports of the shards ``1/N`` .. ``N/N`` of one replay into one report.
 
     The result equals the report of an unsharded run, except for the timings
@@ -255,31 +275,35 @@ def combine(reports: Iterable[Mapping[str, Any]], *, names: Iterable[str] | None
         raise UsageError(f"cannot combine: shards missing {missing}, given twice {duplicated}; "
                          f"pass exactly one report per shard {wanted[0]} .. {wanted[-1]}")
     seen: dict[str, str] = {}
-    cases = []
+    cases: list[Case] = []
     for name, report in zip(names, reports):
-        for case in report["cases"]:
-            if case["uuid"] in seen:
-                raise UsageError(f"workload {case['uuid']} is in both {seen[case['uuid']]} and {name}; "
-                                 "the shards overlap")
-            seen[case["uuid"]] = name
-            cases.append(dict(case))
+        for case in report.cases:
+            if case.uuid in seen:
+                raise UsageError(f"workload {case.uuid} is in both {seen[case.uuid]} and {name}; the shards overlap")
+            seen[case.uuid] = name
+            cases.append(case)
     refused: dict[str, dict] = {}
     for report in reports:
         for entry in report.get("refused") or []:
             known = refused.setdefault(entry["definition"], dict(entry, workloads=0))
             known["workloads"] += entry.get("workloads", 0)
-    combined = {k: v for k, v in first.items() if k not in ("cases", "refused")}
     starts = [r.get("started_at") for r in reports if r.get("started_at") is not None]
     ends = [r.get("finished_at") for r in reports if r.get("finished_at") is not None]
-    combined.update(shard=None, shards=sorted(shards, key=lambda s: int(s.split("/")[0])),
-                    started_at=min(starts) if starts else None,
-                    finished_at=max(ends) if len(ends) == len(reports) else None,
-                    refused=sorted(refused.values(), key=lambda r: r["definition"]),
-                    cases=sorted(cases, key=case_order))
+    header = {k: v for k, v in first.header.items() if k != "refused"}
+    header.update(shard=None, shards=sorted(shards, key=lambda s: int(s.split("/")[0])),
+                  started_at=min(starts) if starts else None,
+                  finished_at=max(ends) if len(ends) == len(reports) else None,
+                  refused=sorted(refused.values(), key=lambda r: r["definition"]))
+    order = (*(k for k in first.order if k not in ("cases", "refused")), *(k for k in header if k not in first.order),
+             "refused", "cases")
+    combined = Report(header, tuple(sorted(cases, key=_case_key)), first.groups, tuple(dict.fromkeys(order)))
     from ikdata.judging import families  # groups (sampling definitions, trajectories) span the shards
 
-    families.regroup_all(combined)
-    return combined
+    return families.regroup_all(combined)
+
+
+def _case_key(case: Case) -> tuple[str, str]:
+    return (case.definition, case.uuid)
 
 
 def write(path: str | os.PathLike, report: Mapping[str, Any]) -> None:
@@ -291,5 +315,5 @@ def write(path: str | os.PathLike, report: Mapping[str, Any]) -> None:
     write_atomic(Path(path), [orjson.dumps(dict(report), option=orjson.OPT_INDENT_2), b"\n"])
 
 
-__all__ = ["FORMAT", "ReportFile", "SEED_BESIDE", "TIMING_FIELDS", "case_order", "check_case", "combine",
+__all__ = ["FORMAT", "ReportFile", "SEED_BESIDE", "TIMING_FIELDS", "case_order", "check_case", "combine", "combine_reports",
            "default_path", "header", "journal_path", "load", "load_partial", "write"]

@@ -8,57 +8,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 from ikdata.core.status import Status
 from ikdata.judging import families
-from ikdata.judging.cases import TOO_SMALL
+from ikdata.judging.cases import Case, Report
 
 STATUSES = tuple(Status)
 CASE_COLUMNS = ("uuid", "axes", "status", "max abs", "rel rms", "cos", "mism", "s", "note")
 
 
-def counts(report: Mapping[str, Any]) -> dict[str, int]:
+Reportish = Union[Report, Mapping[str, Any]]  # a Report, or a report's JSON document (read once, by Report.of)
+
+
+def counts(report: Reportish) -> dict[str, int]:
     """Cases by status, and how many were reused."""
-    found = {status: 0 for status in STATUSES}
-    found["reused"] = 0
-    for case in report["cases"]:
-        found[case["status"]] = found.get(case["status"], 0) + 1
-        found["reused"] += bool(case.get("reused"))
-    return found
+    return Report.of(report).counts()
 
 
-def exit_code(report: Mapping[str, Any], *, strict: bool = False) -> int:
+def exit_code(report: Reportish, *, strict: bool = False) -> int:
     """0 when every replayed case passed and no definition was refused, else 1; under ``strict`` also 1
     when a statistical verdict could not be reached (:func:`not_judged`)."""
-    found = counts(report)
+    report = Report.of(report)
+    found = report.counts()
     failed = found[Status.FAILED] or found[Status.ERROR] or report.get("refused")
-    return 1 if failed or (strict and not_judged(report)) else 0
+    return 1 if failed or (strict and report.not_judged()) else 0
 
 
-def not_judged(report: Mapping[str, Any]) -> list[str]:
+def not_judged(report: Reportish) -> list[str]:
     """Group verdicts with no power: each "definition: why, and the draws it would need"."""
-    found = []
-    for family in families.grouped():
-        for group in report.get(family.name) or ():
-            whys = list(group.get("not_judged") or ())
-            if group.get("verdict") == TOO_SMALL and not whys:
-                whys = ["too few draws to judge"]
-            found += [f"{group.get('definition')}: {why}" for why in whys]
-    return found
+    return Report.of(report).not_judged()
 
 
-def summarize(report: Mapping[str, Any], *, report_path: str | Path) -> dict[str, Any]:
+def summarize(report: Reportish, *, report_path: str | Path) -> dict[str, Any]:
     """The ``--json`` summary: counts, exit code, refusals, every case that did not pass, and each group
     family's verdicts under its name (the statistical ones: docs/sampling.md)."""
+    report = Report.of(report)
     return {
         "report": str(report_path), "device": report.get("device"), "torch": report.get("torch"),
-        "shard": report.get("shard"), "counts": counts(report), "exit_code": exit_code(report),
-        "not_judged": not_judged(report),  # no power claimed there; replay --strict exits 1
+        "shard": report.get("shard"), "counts": report.counts(), "exit_code": exit_code(report),
+        "not_judged": report.not_judged(),  # no power claimed there; replay --strict exits 1
         "refused": list(report.get("refused") or []),
-        "not_passed": [{k: case.get(k) for k in ("definition", "uuid", "axes", "status", "reason")}
-                       for case in report["cases"] if case["status"] != Status.PASSED],
-        **{family.name: list(report.get(family.name) or []) for family in families.grouped()},
+        "not_passed": [{"definition": case.definition, "uuid": case.uuid, "axes": case.axes, "status": case.status,
+                        "reason": case.reason} for case in report.cases if not case.passed],
+        **{family.name: [group.to_json() for group in report.groups.get(family.name, ())]
+           for family in families.grouped()},
     }
 
 
@@ -68,8 +62,8 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _worst(case: Mapping[str, Any], metric: str, *, lowest: bool = False) -> Any:
-    values = [m.get(metric) for m in (case.get("metrics") or {}).values()]
+def _worst(case: Case, metric: str, *, lowest: bool = False) -> Any:
+    values = [m.get(metric) for m in (case.metrics or {}).values()]
     numbers = [v for v in values if isinstance(v, (int, float))]
     words = [v for v in values if isinstance(v, str)]  # "nan", "inf"
     if words:
@@ -79,18 +73,18 @@ def _worst(case: Mapping[str, Any], metric: str, *, lowest: bool = False) -> Any
     return min(numbers) if lowest else max(numbers)
 
 
-def case_rows(report: Mapping[str, Any]) -> dict[str, list[list[str]]]:
+def case_rows(report: Reportish) -> dict[str, list[list[str]]]:
     """Per definition, one row of strings per case (worst output's metrics), for a table."""
     tables: dict[str, list[list[str]]] = {}
-    for case in report["cases"]:
-        note = "reused" if case.get("reused") else ""
-        if case["status"] != Status.PASSED and case.get("reason"):
-            note = case["reason"] if not note else f"{note}; {case['reason']}"
-        axes = ",".join(f"{k}={v}" for k, v in (case.get("axes") or {}).items())
-        tables.setdefault(case["definition"], []).append([
-            case["uuid"][:8], axes or "-", case["status"], _fmt(_worst(case, "max_abs_error")),
+    for case in Report.of(report).cases:
+        note = "reused" if case.reused else ""
+        if not case.passed and case.reason:
+            note = case.reason if not note else f"{note}; {case.reason}"
+        axes = ",".join(f"{k}={v}" for k, v in (case.axes or {}).items())
+        tables.setdefault(case.definition, []).append([
+            case.uuid[:8], axes or "-", str(case.status), _fmt(_worst(case, "max_abs_error")),
             _fmt(_worst(case, "relative_rms")), _fmt(_worst(case, "cosine_similarity", lowest=True)),
-            _fmt(_worst(case, "mismatched_fraction")), f"{case.get('seconds', 0):.3f}", note])
+            _fmt(_worst(case, "mismatched_fraction")), f"{case.seconds or 0:.3f}", note])
     return tables
 
 
@@ -160,5 +154,5 @@ def fit_table(rows: Sequence[Sequence[str]], width: int) -> TableLayout:
     return TableLayout(tuple(columns), tuple(tuple(r) for r in table), tuple(notes))
 
 
-__all__ = ["CASE_COLUMNS", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table",
+__all__ = ["CASE_COLUMNS", "Reportish", "STATUSES", "TableLayout", "case_rows", "counts", "exit_code", "fit_table",
            "not_judged", "summarize", "table_width"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -35,17 +35,35 @@ from ikdata.sampling import independence
 from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, chi2_isf_even, legendre, ncx2_sf_even,
                                    pit_test, temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
-from ikdata.judging.cases import TOO_SMALL
+from ikdata.judging.cases import TOO_SMALL, Case
 
 JUDGE = "sampling"
 HIST_BINS = 10
 
 
-def is_sampling_case(case: Mapping[str, Any]) -> bool:
+def is_sampling_case(case: Case | Mapping[str, Any]) -> bool:
     """Whether a report case was judged by the sampling judge."""
-    tolerance = case.get("tolerance")
+    return judged_by_sampling(case.tolerance if isinstance(case, Case) else case.get("tolerance"))
+
+
+def judged_by_sampling(tolerance: Any) -> bool:
+    """Whether a case's tolerance (by output) names the sampling judge for some output."""
     return isinstance(tolerance, Mapping) and any(
         isinstance(spec, Mapping) and spec.get("judge") == JUDGE for spec in tolerance.values())
+
+
+class Draws(NamedTuple):
+    """What the pooled tests read of one case: its uuid and its sampling record (None when it has none)."""
+
+    uuid: str
+    record: Any
+
+    @classmethod
+    def of(cls, case: Case | Mapping[str, Any]) -> Draws:
+        """A case's draws; a bare JSON object needs only ``uuid`` and ``sampling`` (tests build such)."""
+        if isinstance(case, Case):
+            return cls(case.uuid, case.record(JUDGE))
+        return cls(str(case["uuid"]), case.get(JUDGE))
 
 
 def _seed(text: str) -> int:
@@ -93,34 +111,34 @@ class DefinitionVerdict:
         return found
 
 
-def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float = DEFAULT_ALPHA) -> DefinitionVerdict:
-    """Pool the sampling records of a definition's cases into its tests; the status of every case.
+def decide(definition: str, cases: Iterable[Case | Mapping[str, Any]], *, alpha: float = DEFAULT_ALPHA) -> DefinitionVerdict:
+    """Pool the sampling records of a definition's cases into its tests; the status of every case (by uuid).
 
     Example:
         >>> verdict = decide("sampling_f32_v128", report["cases"])
         >>> verdict.statuses[uuid][0]
         'passed'
     """
-    cases = sorted((c for c in cases if isinstance(c.get("sampling"), Mapping)), key=lambda c: str(c["uuid"]))
+    cases = sorted((d for d in map(Draws.of, cases) if isinstance(d.record, Mapping)), key=lambda d: d.uuid)
     result = DefinitionVerdict(definition, alpha)
     sums, n_pit, hist = np.zeros(4), 0, np.zeros(HIST_BINS, np.int64)
     moments, n_moments = None, 0
-    joined: dict[str, set[str]] = {c["uuid"]: set() for c in cases}
+    joined: dict[str, set[str]] = {c.uuid: set() for c in cases}
     groups: dict[str, dict[str, tuple[int, float, str]]] = {}
     distributions: dict[str, list[float]] = {}
     strata: dict[str, tuple[list[float], int, set[str]]] = {}
     for case in cases:
-        record = case["sampling"]
+        record = case.record
         for name, entry in sorted((record.get("aimed") or {}).items()):
             ps, hits, members = strata.setdefault(name, ([], 0, set()))
             ps.extend(float(v) for v in entry.get("p") or ())
-            strata[name] = (ps, hits + int(entry.get("hits", 0)), members | {case["uuid"]})
+            strata[name] = (ps, hits + int(entry.get("hits", 0)), members | {case.uuid})
         pit = record.get("pit") or {}
         if pit.get("n"):
             sums += np.asarray(pit["sums"], np.float64)
             n_pit += int(pit["n"])
             hist += np.asarray(pit.get("histogram") or np.zeros(HIST_BINS), np.int64)
-            joined[case["uuid"]].add("pit")
+            joined[case.uuid].add("pit")
         found = record.get("moments") or {}
         if found.get("n"):
             got = np.asarray(found["sums"], np.float64)
@@ -128,8 +146,8 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
             n_moments += int(found["n"])
         distributions.update(record.get("distributions") or {})
         for i, (key, slot, tag, u) in enumerate(record.get("draws") or ()):
-            tag = str(tag) if tag is not None else f"{case['uuid']}:{i}"
-            groups.setdefault(key, {}).setdefault(tag, (int(slot), float(u), case["uuid"]))
+            tag = str(tag) if tag is not None else f"{case.uuid}:{i}"
+            groups.setdefault(key, {}).setdefault(tag, (int(slot), float(u), case.uuid))
     degenerate = sorted(k for k in groups if len(distributions.get(k) or ()) == 1)
     if degenerate:  # one kept token: only the outside check can judge its draws; no test has power there
         count = sum(len(groups[k]) for k in degenerate)
@@ -161,7 +179,7 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
             moments = got if moments is None else moments + got
             n_moments += len(rows)
     aimed_names = [name for name in sorted(strata) if strata[name][0]]
-    pairs, pair_sum, paired = independence.pool((c["uuid"], c["sampling"].get("independence") or {}) for c in cases)
+    pairs, pair_sum, paired = independence.pool((c.uuid, c.record.get("independence") or {}) for c in cases)
     n_tests = (1 if n_pit else 0) + len(tv_keys) + len(aimed_names) + (1 if pairs else 0)
     each = bonferroni(alpha, n_tests)
     result.alpha_split = (f"alpha {alpha:g} split over {n_tests} test(s) (" + ", ".join(
@@ -204,22 +222,22 @@ def decide(definition: str, cases: Iterable[Mapping[str, Any]], *, alpha: float 
             joined[uuid].add("independence")
     result.tests = list(outcome.values())
     for case in cases:
-        result.statuses[case["uuid"]] = _case_status(case, joined[case["uuid"]], outcome, alpha, each)
+        result.statuses[case.uuid] = _case_status(case, joined[case.uuid], outcome, alpha, each)
     result.processors = processor_lines(cases)
-    accepted = sorted({n for c in cases for n in c["sampling"].get("not_checked") or ()})
+    accepted = sorted({n for c in cases for n in c.record.get("not_checked") or ()})
     if accepted:
-        positions = sum(int(c["sampling"].get("positions", 0)) for c in cases if c["sampling"].get("not_checked"))
+        positions = sum(int(c.record.get("positions", 0)) for c in cases if c.record.get("not_checked"))
         result.not_checked = f"{positions} position(s) not checked: processor(s) {', '.join(accepted)} accepted"
     return result
 
 
-def processor_lines(cases: Iterable[Mapping[str, Any]]) -> list[str]:
+def processor_lines(cases: Iterable[Draws]) -> list[str]:
     """One line per processor the declared settings do not imply, over a definition's cases: the positions it
     ran at, the mass of the distribution before it that it removed and the TV it moved (mean over positions,
     and the most at one), and whether the definition accepts it (then its part is not checked)."""
     found: dict[tuple[str, str, bool], dict[str, float]] = {}
     for case in cases:
-        record = case["sampling"]
+        record = case.record
         n = int(record.get("positions", 0))
         for accepted, listed in ((False, record.get("unknown_processors")), (True, record.get("accepted_processors"))):
             for proc in listed or ():
@@ -261,9 +279,9 @@ def _counts(draws: Mapping[str, tuple[int, float, str]], probs: list[float]) -> 
     return counts
 
 
-def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str, Mapping[str, Any]],
+def _case_status(case: Draws, joined: set[str], outcome: Mapping[str, Mapping[str, Any]],
                  alpha: float, each: float) -> tuple[str, str | None, dict[str, Any]]:
-    record = case["sampling"]
+    record = case.record
     tests = [outcome[name] for name in sorted(joined)]
     metrics: dict[str, Any] = {"positions": record.get("positions", 0), "judged": record.get("judged", 0),
                                "outside": record.get("outside", 0), "alpha": alpha, "alpha_per_test": each,
@@ -271,7 +289,7 @@ def _case_status(case: Mapping[str, Any], joined: set[str], outcome: Mapping[str
                                "too_small": any(t["too_small"] for t in tests)}
     if record.get("outside"):
         first = (record.get("outside_examples") or [{}])[0]
-        return Status.FAILED, (f"workload {case['uuid']}: {record['outside']} drawn token(s) outside the kept set, "
+        return Status.FAILED, (f"workload {case.uuid}: {record['outside']} drawn token(s) outside the kept set, "
                           f"e.g. token {first.get('token')} at position {first.get('position')} (kept "
                           f"{first.get('kept')} tokens){processors_note(record)}"), metrics
     failed = [t for t in tests if rejects(t)]  # a rejection is a failure whatever the power computation says
@@ -414,5 +432,5 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], definition: Any 
     return recheck_outputs(case, definition, judged=judged)
 
 
-__all__ = ["DefinitionVerdict", "JUDGE", "decide", "describe_test", "is_sampling_case", "pit_draws_needed",
+__all__ = ["DefinitionVerdict", "Draws", "JUDGE", "decide", "describe_test", "is_sampling_case", "judged_by_sampling", "pit_draws_needed",
            "processor_lines", "processors_note", "recheck", "recheck_case", "rejects", "tv_draws_needed"]

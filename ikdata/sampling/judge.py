@@ -26,12 +26,12 @@ import numpy as np
 
 from ikdata.core.errors import DefinitionError, RecordError
 from ikdata.sampling.distribution import ANY, DEFAULT_TOL, LOGPROB_TOL, ORDERS, Settings
-from ikdata.sampling.groups import JUDGE, decide, describe_test, is_sampling_case, processors_note
+from ikdata.sampling.groups import JUDGE, decide, describe_test, judged_by_sampling, processors_note
 from ikdata.sampling.pipeline import Extras
 from ikdata.sampling.records import record_logits, record_top_logprobs
 from ikdata.sampling.stats import DEFAULT_ALPHA
 from ikdata.core.status import Status
-from ikdata.judging.cases import Case
+from ikdata.judging.cases import Case, Group, Report
 
 AWAITING = "awaiting the pooled test of its definition (run replay to the end)"
 
@@ -187,14 +187,17 @@ def execute_case(run: Any, row: Any, pending: Any) -> Case:
     return execute(run, row, pending, load_all)
 
 
-def decide_all(out: Any) -> list[dict[str, Any]]:
-    """Pool the sampling cases of every definition in the report; update each case and the report's "sampling".
+def decide_all(out: Any) -> list[Group]:
+    """Pool the sampling cases of every definition in the report; record each changed case and the report's
+    "sampling" group verdicts.
 
     ``out`` is the :class:`ikdata.replay.report.ReportFile` being written: changed cases are journaled.
     """
-    changed, groups = regroup(out.report)
+    changed, groups = regrouped(out.typed())
     for case in changed:
         out.add(case)
+    if groups:
+        out.set_groups(JUDGE, groups)
     return groups
 
 
@@ -203,33 +206,32 @@ def finish(run: Any, *, shard: Any = None, settings: Any = None) -> None:
     decide_all(run.out)
 
 
-def regroup(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Decide the sampling definitions of a report (a whole run, or shards combined) in place.
+def regroup(report: Report) -> Report:
+    """The sampling family's ``regroup`` hook: the report with its sampling definitions decided again (a whole
+    run, or shards combined): changed cases and the "sampling" group verdicts."""
+    changed, groups = regrouped(report)
+    report = report.with_cases(changed)
+    return report.with_groups(JUDGE, groups) if groups else report
 
-    Returns the cases whose status changed and the report's new ``"sampling"`` list.
-    """
-    by_definition: dict[str, list[dict[str, Any]]] = {}
-    for case in report["cases"]:
-        if is_sampling_case(case) and isinstance(case.get("sampling"), Mapping):
-            by_definition.setdefault(case["definition"], []).append(case)
+
+def regrouped(report: Report) -> tuple[list[Case], list[Group]]:
+    """Decide every sampling definition of a report over all its cases: the cases whose verdict changed, and
+    each definition's group verdict (sorted by definition)."""
+    by_definition: dict[str, list[Case]] = {}
+    for case in report.cases:
+        if judged_by_sampling(case.tolerance) and isinstance(case.record(JUDGE), Mapping):
+            by_definition.setdefault(case.definition, []).append(case)
     groups, changed = [], []
     for name in sorted(by_definition):
         cases = by_definition[name]
-        alpha = max(float(c["tolerance"]["samples"].get("alpha", DEFAULT_ALPHA)) for c in cases)
+        alpha = max(float(c.tolerance["samples"].get("alpha", DEFAULT_ALPHA)) for c in cases)
         verdict = decide(name, cases, alpha=alpha)
         for case in cases:
-            status, reason, metrics = verdict.statuses[case["uuid"]]
-            updated = {k: v for k, v in case.items() if k != "reason"}
-            updated.update(status=status, metrics={"samples": metrics})
-            if reason:
-                updated["reason"] = reason
-            if updated != case:
+            status, reason, metrics = verdict.statuses[case.uuid]
+            updated = case.with_(status=Status(status), reason=reason or None, metrics={"samples": metrics})
+            if updated.to_json() != case.to_json():
                 changed.append(updated)
-        groups.append(verdict.to_dict())
-    by_uuid = {c["uuid"]: c for c in changed}
-    report["cases"] = [by_uuid.get(c["uuid"], c) for c in report["cases"]]
-    if groups:
-        report["sampling"] = groups
+        groups.append(Group.from_json(verdict.to_dict()))
     return changed, groups
 
 
@@ -254,10 +256,10 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def summary_lines(report: Mapping[str, Any]) -> list[str]:
-    """The sampling family's part of replay's end summary (its ``summary`` hook): each definition's pooled
-    verdict with alpha, p-values and detectable shifts."""
-    return verdict_lines(report.get(JUDGE) or [])
+def summary_lines(report: Report | Mapping[str, Any]) -> list[str]:
+    """The sampling family's part of replay's end summary (its ``summary`` hook, handed the report's JSON
+    document): each definition's pooled verdict with alpha, p-values and detectable shifts."""
+    return verdict_lines([group.to_json() for group in Report.of(report).groups.get(JUDGE, ())])
 
 
-__all__ = ["summary_lines", "verdict_lines", "AWAITING", "decide_all", "execute", "execute_case", "finish", "is_sampling", "judge_settings", "regroup"]
+__all__ = ["summary_lines", "verdict_lines", "AWAITING", "decide_all", "execute", "execute_case", "finish", "is_sampling", "judge_settings", "regroup", "regrouped"]
