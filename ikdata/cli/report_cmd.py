@@ -54,11 +54,10 @@ def report_command(
         raise UsageError(f"--html {html}: no such folder {Path(html).parent}; create it first")
     source = report_html.report_path_for(target)
     report = read_report(source)
-    drawn = report.to_json()
-    written, problems = report_html.write_html(drawn, html, title=f"ikdata replay report: {target}",
+    written, problems = report_html.write_html(report, html, title=f"ikdata replay report: {target}",
                                                path=str(source), self_contained=self_contained)
     library = None if self_contained else written.parent / report_html.plotly_js_name()
-    counted = _counted(drawn)
+    counted = _counted(report.document)
     document = {"report": str(source), "html": str(written), "cases": len(report.cases),
                 **counted, "bytes": written.stat().st_size,
                 "failing": sum(1 for c in report.cases if c.status in (Status.FAILED, Status.ERROR)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ikdata.core import features
 from ikdata.core.status import Status
@@ -68,7 +68,20 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
+class TypedCase(Protocol):
+    """A typed report case (:class:`ikdata.judging.cases.Case`, a layer above): its JSON object on demand."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class TypedReport(Protocol):
+    """A typed report (:class:`ikdata.judging.cases.Report`): its JSON document, built once."""
+
+    @property
+    def document(self) -> Mapping[str, Any]: ...
+
+
+def recheck(case: Mapping[str, Any] | TypedCase, report: Mapping[str, Any] | TypedReport | None, *,
             definition: Definition | None = None) -> list[str]:
     """The reasons a case's "passed" cannot be trusted; an empty list is a trustworthy pass.
 
@@ -84,8 +97,9 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
     (or the definition's).
 
     Args:
-        case: one entry of ``report["cases"]``.
-        report: the whole report (for its context; the case's own facts win).
+        case: one case of the report: a :class:`ikdata.judging.cases.Case` or its JSON object.
+        report: the whole report (for its context; the case's own facts win): a
+            :class:`ikdata.judging.cases.Report` or its JSON document.
         definition: the definition the case claims to judge; without it the
             built-in defaults are the limit, so a definition's looser override is
             reported as untrusted.
@@ -96,6 +110,10 @@ def recheck(case: Mapping[str, Any], report: Mapping[str, Any], *,
     Example:
         >>> [c["uuid"] for c in report["cases"] if not recheck(c, report)]
     """
+    # the one conversion at this public boundary: callers hand a Case and a Report (import) or their JSON (the
+    # library's users); a family's recheck hook reads the JSON, as one outside ikdata does
+    case = case if isinstance(case, Mapping) else case.to_json()
+    report = report if report is None or isinstance(report, Mapping) else report.document
     for family in features.families():  # a family's own cases (trajectories, pooled draws) are its to re-check
         hook = family.hook("recheck")
         found = hook(case, report, definition) if hook is not None else None
@@ -338,5 +356,5 @@ def expand_validation(root: Any, validation: Mapping[str, Any]) -> dict[str, Any
     return merged
 
 
-__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "cross_check", "expand_validation", "recheck", "recheck_outputs",
+__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "TypedCase", "TypedReport", "cross_check", "expand_validation", "recheck", "recheck_outputs",
            "share_validation", "shared_path", "tensor_stats"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -252,6 +253,12 @@ class Report:
     def with_groups(self, family: str, groups: Iterable[Group]) -> Report:
         """A copy with ``family``'s group verdicts replaced by ``groups`` (written where they were, else last)."""
         return replace(self, groups={**self.groups, family: tuple(groups)})
+
+    @cached_property
+    def document(self) -> dict[str, Any]:
+        """:meth:`to_json`, built once for this (frozen) report: what a reader that reads the JSON takes many
+        times (import's re-check of each case). Read it only; change a copy (:meth:`to_json` gives a fresh one)."""
+        return self.to_json()
 
     def get(self, key: str, default: Any = None) -> Any:
         """A header field (``device``, ``torch``, ``shard``, ``refused`` ...)."""
