@@ -1,10 +1,12 @@
 """The replay report: schema-checked, each case committed atomically as it is judged, resumable, combinable.
 
-The report is one JSON document (``schemas/report.schema.json``); its cases are
-dicts because they are I/O records shared with import and sharing (see the
-report contract in ``docs/replay.md``). While a replay runs, cases are journaled
-beside the report (:class:`ReportFile`). Cases end up sorted by (definition,
-uuid), so a sharded run's combined report equals an unsharded one.
+The report is one JSON document (``schemas/report.schema.json``, the contract in ``docs/replay.md``); this
+module is where it is read and written as JSON. Everything else takes the typed report
+(:mod:`ikdata.judging.cases`): a case is recorded as a :class:`Case` (:meth:`ReportFile.add`), a family decides
+over the report so far as a :class:`Report` (:meth:`ReportFile.typed`, :meth:`ReportFile.set_groups`), and
+shards are joined as Reports (:func:`combine_reports`). While a replay runs, cases are journaled beside the
+report (:class:`ReportFile`). Cases end up sorted by (definition, uuid), so a sharded run's combined report
+equals an unsharded one.
 """
 
 from __future__ import annotations
