@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from ikdata.core.dataset import Dataset
 from ikdata.core.features import hooks as family_hooks
@@ -101,7 +101,7 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
         indexed = lookup(ds, key)  # the index: a few lookups and seeks, whatever the number of rows
         if indexed is not None and len({r.uuid for r in indexed[0]}) == 1:
             row, receipts_of = indexed[0][0], indexed[1]
-            return [_chain(row, receipts_of[-1] if receipts_of else None, _report_cases(ds).get(row.uuid, []),
+            return [_chain(row, receipts_of[-1] if receipts_of else None, _report_cases(ds).validations(row.uuid),
                            row.uuid, (), root=ds.root)]
     rows = {row.uuid: row for row in _rows(ds)}
     receipts = {r.uuid: r for r in _receipts(ds)}
@@ -118,7 +118,7 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
                     uses.setdefault(receipt.uuid, []).append(f"expected_output/{name}")
         if not uses:
             raise UsageError(f"{path}: no workload or receipt uses blob {key}")
-        return [_chain(rows.get(u), receipts.get(u), cases.get(u, []), u, tuple(names), root=ds.root)
+        return [_chain(rows.get(u), receipts.get(u), cases.validations(u), u, tuple(names), root=ds.root)
                 for u, names in sorted(uses.items())]
     matches = [u for u in rows if u.startswith(key)] or [u for u in receipts if u.startswith(key)]
     if not matches:
@@ -129,7 +129,7 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
     if len(matches) > 1:
         raise UsageError(f"{path}: {key!r} matches {len(matches)} workloads; give more of the uuid")
     uuid = matches[0]
-    return [_chain(rows.get(uuid), receipts.get(uuid), cases.get(uuid, []), uuid, (), root=ds.root)]
+    return [_chain(rows.get(uuid), receipts.get(uuid), cases.validations(uuid), uuid, (), root=ds.root)]
 
 
 def _bad_uuid(ds: Dataset, record: Any, display: str, line: int, pointer: str) -> bool:
@@ -171,7 +171,7 @@ def _receipts(ds: Dataset) -> Iterator[Any]:
                                            code="schema"))
 
 
-def _chain(row: Any, receipt: Any, cases: list[Case], uuid: str, uses: tuple[str, ...], *,
+def _chain(row: Any, receipt: Any, reported: list[dict], uuid: str, uses: tuple[str, ...], *,
            root: Any = None) -> Chain:
     capture = None
     imports: tuple[dict, ...] = ()
@@ -183,7 +183,7 @@ def _chain(row: Any, receipt: Any, cases: list[Case], uuid: str, uses: tuple[str
         imports = receipt.imports
         if receipt.validation:
             validations.append(_summary(_expanded(root, receipt.validation), "receipt (attached by import)"))
-    validations += [_summary(case.to_json(), "this dataset's replay report") for case in cases]
+    validations += reported
     where = f"{row.source}:{row.line}" if row is not None else "(no row)"
     return Chain(uuid, row.definition if row else receipt.definition, where, capture, imports,
                  tuple(validations), uses, request)
@@ -207,22 +207,36 @@ def _summary(validation: dict, where: str) -> dict:
     return {"from": where, **{k: validation[k] for k in keys if validation.get(k) is not None}}
 
 
-def _report_cases(ds: Dataset) -> dict[str, list[Case]]:
-    """The dataset's report cases by uuid, each with the report's device where it names none; a report that
-    cannot be read is a located problem of ``ds`` (its file and JSON pointer), and lists no case."""
+REPORT_VALIDATION = "this dataset's replay report"
+
+
+@dataclass(frozen=True)
+class _ReportCases:
+    """The dataset's replay report as lineage shows it: each workload's cases, or why the report is unreadable
+    (shown in every chain, as an import's validation that cannot be read is)."""
+
+    cases: Mapping[str, list[Case]] = field(default_factory=dict)
+    unreadable: str | None = None
+
+    def validations(self, uuid: str) -> list[dict]:
+        if self.unreadable is not None:
+            return [{"from": REPORT_VALIDATION, "reason": self.unreadable}]
+        return [_summary(case.to_json(), REPORT_VALIDATION) for case in self.cases.get(uuid, ())]
+
+
+def _report_cases(ds: Dataset) -> _ReportCases:
+    """The dataset's report cases by uuid (each with the report's device where it names none), read by the one
+    reader; a report that cannot be read is named with its JSON pointer, and lists no case."""
     if not ds.report_path.is_file():
-        return {}
+        return _ReportCases()
     try:
         report = read_report(ds.report_path)
     except RecordError as exc:
-        where = f"{exc.path}: {exc.pointer}: " if exc.pointer else f"{exc.path}: "
-        message = str(exc)[len(where):] if str(exc).startswith(where) else str(exc)
-        ds.problems.append(Problem(ds.rel(ds.report_path), message, pointer=exc.pointer, code="report"))
-        return {}
+        return _ReportCases(unreadable=str(exc))
     found: dict[str, list[Case]] = {}
     for case in report.cases:
         found.setdefault(case.uuid, []).append(case.with_(device=case.device or report.get("device")))
-    return found
+    return _ReportCases(found)
 
 
 @dataclass(frozen=True)
