@@ -33,7 +33,6 @@ from ikdata.core.trust import is_trusted
 from ikdata.importing.foreign import LeftOut, Source, TensorSource, read_source
 from ikdata.core.problems import Problem
 from ikdata.core.records import WorkloadRow
-from ikdata.core.status import Status
 from ikdata.core.tolerances import DEFAULT_TOLERANCES
 from ikdata.core.verdicts import REPORT_FORMAT, expand_validation, recheck, share_validation
 from ikdata.importing.checks import check_against_blobs
@@ -239,7 +238,7 @@ def _validation_for(source: Source, uuid: str, row: dict, receipt: dict, report_
             reasons += stale
             at = at or ((source.report_name, pointer) if pointer else None)
             continue
-        judged = inherited if inherited is not None else case.to_json()
+        judged = inherited if inherited is not None else case.to_json()  # the JSON the families' re-checks read
         reasons += (recheck(judged, report_json, definition=_trusted(source, row["definition"]))
                     or _digest_reasons(case, row, receipt))
     if reasons:
@@ -254,8 +253,9 @@ def _claim_reasons(source: Source, definition: Definition, validation: dict, *, 
     """Why a verdict SRC's report claims cannot be re-judged here (empty: it can, and will be).
 
     Re-judging runs the definition's reference, which only a trusted definition may do (contract 6);
-    a step judged by its trajectory (``validation["trajectory"]``) is re-judged by replaying that
-    trajectory (:mod:`ikdata.importing.rejudge`), which runs the same trusted references.
+    a case a family judges over a whole run (a denoiser step judged by its trajectory, whose record travels
+    in the validation) is re-judged by replaying that run (:mod:`ikdata.importing.rejudge`), which runs the
+    same trusted references.
     """
     from ikdata.judging.families import vouched
 
