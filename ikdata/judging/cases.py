@@ -124,12 +124,14 @@ class Case:
         return self.records.get(name)
 
     def with_(self, **changes: Any) -> Case:
-        """A copy with ``changes`` (a case is never changed in place); a field changed to None is no longer
-        written."""
-        cleared = {key for key, value in changes.items() if value is None and key in self.order}
-        if cleared:
-            changes["order"] = tuple(key for key in changes.get("order", self.order) if key not in cleared)
+        """A copy with ``changes`` (a case is never changed in place)."""
         return replace(self, **changes)
+
+    def without(self, *names: str) -> Case:
+        """A copy that no longer writes the fields (or family records) ``names``: not even as null."""
+        records = {key: value for key, value in self.records.items() if key not in names}
+        return replace(self, **{name: None for name in names if name in CASE_FIELDS}, records=records,
+                       order=tuple(key for key in self.order if key not in names))
 
     @property
     def passed(self) -> bool:

@@ -228,7 +228,8 @@ def regrouped(report: Report) -> tuple[list[Case], list[Group]]:
         verdict = decide(name, cases, alpha=alpha)
         for case in cases:
             status, reason, metrics = verdict.statuses[case.uuid]
-            updated = case.with_(status=Status(status), reason=reason or None, metrics={"samples": metrics})
+            updated = case.with_(status=Status(status), metrics={"samples": metrics})
+            updated = updated.with_(reason=reason) if reason else updated.without("reason")
             if updated.to_json() != case.to_json():
                 changed.append(updated)
         groups.append(Group.from_json(verdict.to_dict()))
