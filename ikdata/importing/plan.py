@@ -198,11 +198,10 @@ def _inherited(source: Source, uuid: str, row: dict, validation: dict) -> tuple[
     return case, report, expanded
 
 
-def _validation_for(source: Source, uuid: str, row: dict, receipt: dict, report_json: dict | None
-                    ) -> tuple[dict | None, list[str], tuple[str, str | None] | None]:
+def _validation_for(source: Source, uuid: str, row: dict,
+                    receipt: dict) -> tuple[dict | None, list[str], tuple[str, str | None] | None]:
     """The validation to attach, the reasons it cannot be trusted (empty: admitted), and the report
-    case the reasons are about (file, pointer) when one is to blame rather than the row.
-    ``report_json``: SRC's report as its JSON document (what a family's re-check reads)."""
+    case the reasons are about (file, pointer) when one is to blame rather than the row."""
     cases = source.cases.get(uuid)
     report = source.report
     inherited = None
@@ -213,7 +212,7 @@ def _validation_for(source: Source, uuid: str, row: dict, receipt: dict, report_
             case, report, inherited = _inherited(source, uuid, row, receipt["validation"])
         except RecordError as exc:
             return None, [f"{exc.path}: {str(exc).split(': ', 1)[-1]}"], None
-        cases, report_json = [case], dict(report.header)
+        cases = [case]
         if str(inherited.get("basis", "")).startswith("seed report"):
             return None, ["its only validation is a seed report's, which a later import cannot recompute"], None
     reasons: list[str] = []
@@ -238,8 +237,8 @@ def _validation_for(source: Source, uuid: str, row: dict, receipt: dict, report_
             reasons += stale
             at = at or ((source.report_name, pointer) if pointer else None)
             continue
-        judged = inherited if inherited is not None else case.to_json()  # the JSON the families' re-checks read
-        reasons += (recheck(judged, report_json, definition=_trusted(source, row["definition"]))
+        reasons += (recheck(inherited if inherited is not None else case, report,
+                            definition=_trusted(source, row["definition"]))
                     or _digest_reasons(case, row, receipt))
     if reasons:
         return None, reasons, at
@@ -304,7 +303,6 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
     plan.dst_parents = [p["id"] for p in (_manifest_or_empty(dst).get("parents") or [])]
     import_hop = {"source": str(source.root), "how": "import", "at": 0.0, **(hop or {}), "from": source.dataset_id}
 
-    report_json: dict | None = None
     plan.skipped.extend(source.held)
     for name in sorted(source.held_definitions & set(source.definitions)):
         _definition_target(source.definitions[name], dst_defs, plan)  # a changed definition is a conflict
@@ -339,9 +337,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
                     f"{why.get('reason') if isinstance(why, dict) else why}; capture it again"))
                 continue
             if receipt["expected_output"]:
-                if report_json is None and source.report is not None:
-                    report_json = source.report.to_json()  # once: what the families' re-checks read
-                validation, reasons, at = _validation_for(source, uuid, row, receipt, report_json)
+                validation, reasons, at = _validation_for(source, uuid, row, receipt)
                 code = "unvalidated"
                 if not reasons and not trust_reports:
                     reasons = _claim_reasons(source, source.definitions[row["definition"]], validation,
