@@ -187,7 +187,7 @@ def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay repo
     plotly()
     import plotly.io as pio
 
-    report = report.to_json() if isinstance(report, Report) else report
+    report = report.document if isinstance(report, Report) else report  # its JSON, built once and only read
     checks = Checks(path)
     cases: list[tuple[int, Mapping[str, Any]]] = []
     for n, case in enumerate(checks.items(report.get("cases"), "/cases")):
