@@ -143,9 +143,9 @@ def _canonical_fast_path(raw: bytes, length: int, file_size: int) -> list[Tensor
     dims = tuple(map(int, match.group(2).split(b","))) if match.group(2) else ()
     end = int(match.group(3))
     count = 1
-    for dim in dims:
+    for dim in dims:  # a dimension past 64 bits is refused by safetensors even where another is 0
         count *= dim
-        if count > _U64_MAX:
+        if count > _U64_MAX or dim > _U64_MAX:
             return None
     if count * bits > _U64_MAX or count * bits % 8 or count * bits // 8 != end or 8 + length + end != file_size:
         return None
