@@ -40,8 +40,8 @@ from ikdata.diffusion.settings import Settings
 from ikdata.judging.cases import Case
 from ikdata.replay.api import Run
 
-PREFIX = "trajectory:"
-TRAJECTORY = "trajectory"  # the key of a trajectory's measurements in its case (Case.records)
+PREFIX = rules.TRAJECTORY_PREFIX  # a trajectory case's definition: trajectory:<pipeline class>
+TRAJECTORY = rules.TRAJECTORY  # the key of a trajectory's measurements in its case (Case.records)
 
 
 def is_trajectory_case(case: Mapping[str, Any]) -> bool:
@@ -105,7 +105,7 @@ def _workloads(ctx: Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
 
 
 def judge_all(run: Run, hooks: RunnerHooks, *, shard: Any = None, settings: Settings | None = None,
-              progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              progress: Callable[[Case], None] | None = None) -> list[Case]:
     """Judge every trajectory of ``run.ds`` not already in the report (resume), in this shard; add each
     case to the report as it is decided. Returns the new cases."""
     settings = (settings or Settings()).check()
@@ -128,10 +128,10 @@ def judge_all(run: Run, hooks: RunnerHooks, *, shard: Any = None, settings: Sett
             run.cache.remember(case.to_json())
         recorded = run.record(case)
         cases.append(recorded)
-        for step_case in rules.step_cases(recorded):  # its step workloads' cases follow from it
-            earlier = run.recorded(step_case["uuid"])
+        for step_case in rules.steps_of(recorded):  # its step workloads' cases follow from it
+            earlier = run.recorded(step_case.uuid)
             if earlier is not None:
-                run.record(rules.with_operator_facts(earlier, step_case))
+                run.record(rules.keep_operator_facts(earlier, step_case))
         if progress:
             progress(recorded)
     return cases

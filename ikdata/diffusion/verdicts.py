@@ -237,11 +237,6 @@ def steps_of(trajectory: Case) -> list[Case]:
     return found
 
 
-def step_cases(trajectory_case: Case | Mapping[str, Any]) -> list[dict[str, Any]]:
-    """:func:`steps_of` for a trajectory case as a report holds it (its JSON object), as JSON objects."""
-    return [case.to_json() for case in steps_of(Case.of(trajectory_case))]
-
-
 OPERATOR_FACTS = ("metrics", "tolerance")  # what a scheduler-step workload's own reference measured
 
 
@@ -255,12 +250,6 @@ def keep_operator_facts(earlier: Case | None, step: Case) -> Case:
     kept = {key: getattr(earlier, key) for key in OPERATOR_FACTS
             if getattr(earlier, key) is not None and getattr(step, key) is None}
     return step.with_(**kept) if kept else step
-
-
-def with_operator_facts(earlier: Case | Mapping[str, Any] | None, step_case: Case | Mapping[str, Any]
-                        ) -> dict[str, Any]:
-    """:func:`keep_operator_facts` for cases as a report holds them (JSON objects)."""
-    return keep_operator_facts(None if earlier is None else Case.of(earlier), Case.of(step_case)).to_json()
 
 
 def regroup(report: Report) -> Report:
@@ -282,5 +271,5 @@ def regroup(report: Report) -> Report:
 
 
 __all__ = ["AUDIO_SNR_DB", "CHAIN_ULPS", "DEFAULT_EPS", "DEFAULT_K", "PSNR_CAP_DB", "PSNR_MEAN_DB", "PSNR_WORST_DB",
-           "TRAJECTORY", "TRAJECTORY_PREFIX", "chain_bound", "decide", "keep_operator_facts", "recheck", "regroup", "step_bound", "step_cases",
-           "steps_of", "unit_roundoff", "with_operator_facts"]
+           "TRAJECTORY", "TRAJECTORY_PREFIX", "chain_bound", "decide", "keep_operator_facts", "recheck", "regroup", "step_bound",
+           "steps_of", "unit_roundoff"]

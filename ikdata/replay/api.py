@@ -84,14 +84,15 @@ class Run:
     def __post_init__(self) -> None:
         self.store = BlobStore(self.ds.root)
 
-    def recorded(self, uuid: str) -> Mapping[str, Any] | None:
+    def recorded(self, uuid: str) -> Case | None:
         """The case the report already holds for workload ``uuid`` (this run's or a resumed one), or None."""
-        return self.out.by_uuid.get(uuid)
+        found = self.out.by_uuid.get(uuid)
+        return None if found is None else Case.from_json(found, path=str(self.out.path))
 
-    def record(self, case: Case | Mapping[str, Any]) -> dict[str, Any]:
+    def record(self, case: Case) -> Case:
         """Record one case in the report (replacing an earlier one of its uuid), journaled at once; returns
         it as the report holds it."""
-        return self.out.add(case)
+        return Case.from_json(self.out.add(case), path=str(self.out.path))
 
 
 @dataclass

@@ -100,12 +100,12 @@ def _judge(root: Path, device: str, settings) -> tuple[float, int, float]:
     ds = ikdata.open(root)
     run, _, _ = runner._start(ds, device=device, definitions=None, shard=None, resume=False,
                               report_path=root / "reports" / "bench.json", trust=(), reuse=False, cache_path=None)
-    hooks = diffusion.RunnerHooks(runner._load_tensor, runner._reference, runner._name_outputs)
+    hooks = diffusion.RunnerHooks()
     started = time.perf_counter()
     [case] = diffusion.judge_all(run, hooks, settings=settings)
     seconds = time.perf_counter() - started
-    assert case["status"] == "passed", case.get("reason")
-    per_step = {s["index"]: s["seconds"] for s in case["trajectory"]["steps"]}
+    assert case.passed, case.reason
+    per_step = {s["index"]: s["seconds"] for s in case.record("trajectory")["steps"]}
     return seconds, len(per_step), statistics.median(per_step.values())
 
 
