@@ -64,7 +64,8 @@ class Family:
         name: as the report and the messages call it.
         finish: ``f(run, shard=..., settings=...)`` after every workload case of a run (or shard, or Ray
             driver) is in: decides group verdicts and adds or updates cases.
-        regroup: ``f(report)`` on the cases of combined shards (changed in place).
+        regroup: ``f(report: Report) -> Report | None``: the combined shards' report with the family's groups
+            decided again (None: unchanged); :class:`ikdata.judging.cases.Report`.
         needs_whole_run: finish only when the run was not narrowed to named definitions.
         owns: ``f(definition)``: whether this family judges the definition's workloads (the first family
             that owns a definition takes it; operators take the rest).
@@ -75,8 +76,9 @@ class Family:
         blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
         vouches: ``f(definition)``: whether the family judges the definition's workloads with its own code
             only, never running the definition's reference, so re-judging them needs no trust in it.
-        recheck: ``f(case, report, definition)``: an import's re-check of one case of a report: the reasons
-            it does not hold, or None when the case is not the family's (:mod:`ikdata.core.verdicts`).
+        recheck: ``f(case, report, definition)``: an import's re-check of one case of a report (the case's and
+            the report's JSON objects): the reasons it does not hold, or None when the case is not the family's
+            (:mod:`ikdata.core.verdicts`).
         validate: ``f(ds, workload_uuids)``: validate's check of the family's own records (trajectories, model
             records): an object with ``problems``, ``uses`` (blob uses to check) and ``counted``.
         references: ``f(root) -> (paths, problems)``: the blobs the family's records name (gc keeps them, pull
@@ -88,10 +90,11 @@ class Family:
         stats: ``f(root)``: an object with ``counted``, ``lines()`` and ``since(earlier)`` (capture's summary).
         describe: ``f(ds, key)``: None, or an object with ``document`` and ``show(out)`` for ``ikdata show``.
         settings: ``f(options)``: the family's replay settings from the command line's options (a mapping).
-        summary: ``f(report)``: the family's part of replay's end summary: lines and
+        summary: ``f(report)``: the family's part of replay's end summary (from the report's JSON): lines and
             :class:`ikdata.judging.summary_table.SummaryTable` blocks.
         figures: ``f(report, cases, checks)``: the family's section of the report page (or None), offered the
-            ``(index, case)`` pairs no earlier family claimed.
+            ``(index, case)`` pairs no earlier family claimed, as JSON read through ``checks`` (a report from
+            elsewhere is hostile input: every value is checked where it is drawn).
         judges: the judge names a definition's tolerance may give (``"judge": "sampling"``) whose verdicts this
             family decides over groups of workloads rather than one output at a time.
     """
