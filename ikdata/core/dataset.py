@@ -48,28 +48,14 @@ class NotADataset(IkdataError):
         looked_for: what would have made it a dataset (:data:`LOOKED_FOR`).
     """
 
-    def __init__(self, path: str | os.PathLike, *, recorder: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, format: str | None = None) -> None:  # noqa: A002
         self.path, self.looked_for = Path(path), LOOKED_FOR
-        if recorder:
-            super().__init__(f"{path}: FlashInfer's flight-recorder output, not a dataset: import it first "
+        if format:  # a folder of a capture source's own format, which ikdata import reads
+            super().__init__(f"{path}: {format}, not a dataset: import it first "
                              f"('ikdata import {path} DEST'), then use DEST")
             return
         super().__init__(f"{path}: not a dataset: looked for {LOOKED_FOR} and found none; create one with "
                          f"'ikdata init {path}' or 'ikdata capture --into {path} -- CMD'")
-
-
-def _recorder_output(root: Path) -> bool:
-    """Whether ``root`` is what FlashInfer's flight recorder wrote (call folders with ``metadata.jsonl``,
-    at its top or under ``dumps/``): ``ikdata import`` reads it; no other command treats it as a dataset."""
-    if (root / "session.jsonl").is_file() or (root / "metadata.jsonl").is_file():
-        return True
-    for folder in (root, root / "dumps"):
-        try:
-            if any((p / "metadata.jsonl").is_file() for p in folder.iterdir() if p.is_dir()):
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def find_layout(root: Path) -> str | None:
@@ -105,8 +91,12 @@ def require_dataset(root: str | os.PathLike) -> str:
     if not root.is_dir():
         raise UsageError(f"{root}: no such dataset folder")
     layout = find_layout(root)
-    if layout in (None, FLASHINFER) and _recorder_output(root):
-        raise NotADataset(root, recorder=True)
+    if layout in (None, FLASHINFER):  # a source's own folder format (FlashInfer's recorder): import it first
+        for source in features.sources():
+            recognises = features.resolve(source.recognises)
+            found = recognises(root) if recognises is not None else None
+            if found:
+                raise NotADataset(root, format=found)
     if layout is None:
         from ikdata.core.locking import refuse_remote
 

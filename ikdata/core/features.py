@@ -144,6 +144,8 @@ class Source:
             (FlashInfer's dumps): a ``ForeignRead``, or None when SRC is not of that format.
         trusts: ``f(definitions) -> {name: definition}``: the dataset definitions converted from the source's
             installed templates that replay may trust.
+        recognises: ``f(root) -> str | None``: what a folder that is no dataset is when it is of the source's own
+            format (``"FlashInfer's flight-recorder output"``), so a command says to import it; None otherwise.
         models: the modules (each with its submodules) whose ``nn.Module`` classes are the source's models: a
             call inside such a model, with no serving engine loaded, ran in this source (``transformers``, and
             ``transformers_modules`` for a hub model's own code).
@@ -156,6 +158,7 @@ class Source:
     engine: bool = False
     importer: str | None = None
     trusts: str | None = None
+    recognises: str | None = None
     models: tuple[str, ...] = ()
 
     def loaded(self) -> bool:

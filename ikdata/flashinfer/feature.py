@@ -8,5 +8,6 @@ from ikdata.core.features import Feature, Source
 FEATURE = Feature(
     "flashinfer",
     sources=(Source("flashinfer", "flashinfer", hooks="ikdata.flashinfer.capture",
-                    importer="ikdata.flashinfer.source:importer", trusts="ikdata.flashinfer.trust:trusted_flashinfer"),),
+                    importer="ikdata.flashinfer.source:importer", trusts="ikdata.flashinfer.trust:trusted_flashinfer",
+                    recognises="ikdata.flashinfer.recorder_folder:recognises"),),
 )

@@ -88,3 +88,20 @@ def test_a_refusal_names_the_folder_the_user_gave_not_the_staging_copy(declare, 
     with pytest.raises(ProblemsFound) as refused:
         import_dataset(own, tmp_path / "dst")
     assert str(refused.value).startswith(f"{own}:") and str(staged) not in str(refused.value).splitlines()[0]
+
+
+def test_a_declared_recognises_hook_names_its_folder_format_where_a_dataset_was_expected(declare, tmp_path):
+    """A folder of a source's own format given as a dataset is named, with the import that reads it."""
+    import ikdata
+    from ikdata.core.dataset import NotADataset
+
+    own = tmp_path / "own-format"
+    own.mkdir()
+    (own / "calls.own").write_text("calls\n")
+    declare(recognises=lambda root: "a test source's call log" if (root / "calls.own").is_file() else None)
+    with pytest.raises(NotADataset, match=r"own-format: a test source's call log, not a dataset: import it first"):
+        ikdata.open(own)
+    other = tmp_path / "empty"
+    other.mkdir()
+    with pytest.raises(NotADataset, match="not a dataset: looked for"):
+        ikdata.open(other)
