@@ -54,7 +54,7 @@ def _case_note(case: Any) -> str:
         return ""
     if isinstance(case, Mapping):
         return f"{case.get('status')} {case.get('definition')}"
-    from ikdata.judging.cases import Case  # only replay's events carry a case
+    from ikdata.core.cases import Case  # only replay's events carry a case
 
     return f"{case.status} {case.definition}" if isinstance(case, Case) else ""
 

@@ -16,7 +16,7 @@ from ikdata.core.status import Status
 from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt, QuietOpt
 
 if TYPE_CHECKING:
-    from ikdata.judging.cases import Report
+    from ikdata.core.cases import Report
 
 REPLAY_EXAMPLES = """
 \b
@@ -170,7 +170,7 @@ def replay_command(
                           "worker_deaths": cluster.worker_deaths, "fetched_bytes": cluster.fetched_bytes}
 
     def human() -> None:
-        from ikdata.judging.cases import Report
+        from ikdata.core.cases import Report
 
         _print_summary(summary, Report.of(result.report, path=str(result.report_path)))
         if cluster is not None:
@@ -192,7 +192,7 @@ def replay_combine(
     Exit 0 when every case in the combined report passed, 1 otherwise.
     """
     from ikdata.core.errors import UsageError
-    from ikdata.judging.cases import read_report
+    from ikdata.core.cases import read_report
     from ikdata.replay import report as report_mod
     from ikdata.replay.summary import summarize
 

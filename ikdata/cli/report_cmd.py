@@ -44,7 +44,7 @@ def report_command(
     Exit 0 when the page was written from a clean report; 1 when the report cannot be read (no page), or
     when the page was written but some of its values could not be drawn.
     """
-    from ikdata.judging.cases import read_report
+    from ikdata.core.cases import read_report
     from ikdata.ops import report_html
 
     o = out.Output(json=json_, quiet=quiet)

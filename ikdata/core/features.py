@@ -65,20 +65,20 @@ class Family:
         finish: ``f(run, shard=..., settings=...)`` after every workload case of a run (or shard, or Ray
             driver) is in: decides group verdicts and adds or updates cases.
         regroup: ``f(report: Report) -> Report | None``: the combined shards' report with the family's groups
-            decided again (None: unchanged); :class:`ikdata.judging.cases.Report`.
+            decided again (None: unchanged); :class:`ikdata.core.cases.Report`.
         needs_whole_run: finish only when the run was not narrowed to named definitions.
         owns: ``f(definition)``: whether this family judges the definition's workloads (the first family
             that owns a definition takes it; operators take the rest).
         settle: ``f(run, row, case) -> Case | None``: a case decided before any tensor loads, or None to go on
-            (``run`` is a :class:`ikdata.replay.api.Run`, ``case`` an :class:`ikdata.judging.cases.Case`).
+            (``run`` is a :class:`ikdata.replay.api.Run`, ``case`` an :class:`ikdata.core.cases.Case`).
         execute: ``f(run, row, pending) -> Case``: judge one case of an owned definition once its reference is
             known (``pending``: :class:`ikdata.replay.api.Pending`).
         blobs: ``f(ds)``: the blobs ``finish`` loads, so a driver reading a URL fetches them first.
         vouches: ``f(definition)``: whether the family judges the definition's workloads with its own code
             only, never running the definition's reference, so re-judging them needs no trust in it.
-        recheck: ``f(case, report, definition)``: an import's re-check of one case of a report (the case's and
-            the report's JSON objects): the reasons it does not hold, or None when the case is not the family's
-            (:mod:`ikdata.core.verdicts`).
+        recheck: ``f(case, report, definition)``: an import's re-check of one :class:`ikdata.core.cases.Case`
+            of a :class:`~ikdata.core.cases.Report` (or None): the reasons it does not hold, or None when the
+            case is not the family's (:mod:`ikdata.core.verdicts`).
         validate: ``f(ds, workload_uuids)``: validate's check of the family's own records (trajectories, model
             records): an object with ``problems``, ``uses`` (blob uses to check) and ``counted``.
         references: ``f(root) -> (paths, problems)``: the blobs the family's records name (gc keeps them, pull

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ikdata.core import features
+from ikdata.core.cases import Case, Report
 from ikdata.core.status import Status
 from ikdata.core.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
                                       tolerance_for)
@@ -68,20 +69,7 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-class TypedCase(Protocol):
-    """A typed report case (:class:`ikdata.judging.cases.Case`, a layer above): its JSON object on demand."""
-
-    def to_json(self) -> dict[str, Any]: ...
-
-
-class TypedReport(Protocol):
-    """A typed report (:class:`ikdata.judging.cases.Report`): its JSON document, built once."""
-
-    @property
-    def document(self) -> Mapping[str, Any]: ...
-
-
-def recheck(case: Mapping[str, Any] | TypedCase, report: Mapping[str, Any] | TypedReport | None, *,
+def recheck(case: Case | Mapping[str, Any], report: Report | Mapping[str, Any] | None, *,
             definition: Definition | None = None) -> list[str]:
     """The reasons a case's "passed" cannot be trusted; an empty list is a trustworthy pass.
 
@@ -97,9 +85,9 @@ def recheck(case: Mapping[str, Any] | TypedCase, report: Mapping[str, Any] | Typ
     (or the definition's).
 
     Args:
-        case: one case of the report: a :class:`ikdata.judging.cases.Case` or its JSON object.
+        case: one case of the report: a :class:`ikdata.core.cases.Case` or its JSON object.
         report: the whole report (for its context; the case's own facts win): a
-            :class:`ikdata.judging.cases.Report` or its JSON document.
+            :class:`ikdata.core.cases.Report` or its JSON document.
         definition: the definition the case claims to judge; without it the
             built-in defaults are the limit, so a definition's looser override is
             reported as untrusted.
@@ -108,12 +96,12 @@ def recheck(case: Mapping[str, Any] | TypedCase, report: Mapping[str, Any] | Typ
         Human-readable reasons, each naming the output and the numbers.
 
     Example:
-        >>> [c["uuid"] for c in report["cases"] if not recheck(c, report)]
+        >>> [c.uuid for c in report.cases if not recheck(c, report)]
     """
     # the one conversion at this public boundary: callers hand a Case and a Report (import) or their JSON (the
-    # library's users); a family's recheck hook reads the JSON, as one outside ikdata does
-    case = case if isinstance(case, Mapping) else case.to_json()
-    report = report if report is None or isinstance(report, Mapping) else report.document
+    # library's users); the families' hooks and the rule below read the types
+    case = Case.of(case)
+    report = None if report is None else Report.of(report)
     for family in features.families():  # a family's own cases (trajectories, pooled draws) are its to re-check
         hook = family.hook("recheck")
         found = hook(case, report, definition) if hook is not None else None
@@ -122,7 +110,7 @@ def recheck(case: Mapping[str, Any] | TypedCase, report: Mapping[str, Any] | Typ
     return recheck_outputs(case, definition)
 
 
-def recheck_outputs(case: Mapping[str, Any], definition: Definition | None = None, *,
+def recheck_outputs(case: Case, definition: Definition | None = None, *,
                     judged: Callable[[str, Mapping[str, Any], Mapping[str, Any]], list[str] | None] | None = None
                     ) -> list[str]:
     """The reasons a case judged output by output cannot be trusted (:func:`recheck` less the families).
@@ -131,12 +119,10 @@ def recheck_outputs(case: Mapping[str, Any], definition: Definition | None = Non
     reasons, or None for an output judged as any other).
     """
     reasons: list[str] = []
-    status = case.get("status")
-    if status != Status.PASSED:
-        reasons.append(f"status is {status!r}, not {Status.PASSED!r}")
+    if case.status != Status.PASSED:
+        reasons.append(f"status is {str(case.status)!r}, not {Status.PASSED!r}")
         return reasons
-    metrics = case.get("metrics")
-    tolerance = case.get("tolerance")
+    metrics, tolerance = case.metrics, case.tolerance
     if not isinstance(metrics, Mapping) or not metrics:
         return reasons + ["no metrics recorded; replay it with this version of ikdata"]
     if not isinstance(tolerance, Mapping) or not tolerance:
@@ -144,15 +130,15 @@ def recheck_outputs(case: Mapping[str, Any], definition: Definition | None = Non
     outputs = set(tolerance)
     if set(metrics) != outputs:
         reasons.append(f"metrics cover outputs {sorted(metrics)} but the tolerance covers {sorted(outputs)}")
-    expected = case.get("expected_digests")
+    expected = case.expected_digests
     if isinstance(expected, Mapping) and set(expected) != outputs:
         reasons.append(f"expected_digests name outputs {sorted(expected)} but the tolerance covers {sorted(outputs)}")
     if definition is not None:
         if set(definition.outputs) != outputs:
             reasons.append(f"the definition {definition.name!r} has outputs {sorted(definition.outputs)}, "
                            f"the case judged {sorted(outputs)}")
-        if case.get("reference_digest") not in (None, definition.reference_digest):
-            reasons.append(f"judged with reference {case.get('reference_digest')}, but the definition's "
+        if case.reference_digest not in (None, definition.reference_digest):
+            reasons.append(f"judged with reference {case.reference_digest}, but the definition's "
                            f"reference is {definition.reference_digest}")
     for output in sorted(outputs):
         spec, found = tolerance.get(output), metrics.get(output)
@@ -356,5 +342,5 @@ def expand_validation(root: Any, validation: Mapping[str, Any]) -> dict[str, Any
     return merged
 
 
-__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "TypedCase", "TypedReport", "cross_check", "expand_validation", "recheck", "recheck_outputs",
+__all__ = ["REPORT_FORMAT", "SHARED_DIR", "SHARED_KEYS", "TensorStats", "cross_check", "expand_validation", "recheck", "recheck_outputs",
            "share_validation", "shared_path", "tensor_stats"]

@@ -11,7 +11,7 @@ from ikdata.core.records import TensorRef
 from ikdata.core.repeats import first_receipts
 from ikdata.core.status import Status
 from ikdata.diffusion import trajectories as traj_mod
-from ikdata.judging.cases import Case
+from ikdata.core.cases import Case
 
 if TYPE_CHECKING:  # the settings module loads torch; owning a definition needs none
     from ikdata.diffusion.settings import Settings

@@ -37,7 +37,7 @@ from ikdata.diffusion import trajectory_reuse
 from ikdata.diffusion import verdicts as rules
 from ikdata.diffusion.judge_context import Context, RunnerHooks
 from ikdata.diffusion.settings import Settings
-from ikdata.judging.cases import Case
+from ikdata.core.cases import Case
 from ikdata.replay.api import Run
 
 PREFIX = rules.TRAJECTORY_PREFIX  # a trajectory case's definition: trajectory:<pipeline class>

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from ikdata.diffusion.verdicts import TRAJECTORY, TRAJECTORY_PREFIX as PREFIX
-from ikdata.judging.cases import Case, Report
+from ikdata.core.cases import Case, Report
 
 COLUMNS = ("trajectory", "status", "steps ok", "worst e/f", "at step", "PSNR dB")
 

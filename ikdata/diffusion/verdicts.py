@@ -22,7 +22,7 @@ import math
 from typing import Any, Mapping
 
 from ikdata.core.status import Status
-from ikdata.judging.cases import Case, Report
+from ikdata.core.cases import Case, Report
 
 DEFAULT_K = 2.0  # docs/diffusion.md "Numerics by dtype": honest exact kernels measured at most 1.16 f, every dtype
 DEFAULT_EPS = 0.0  # absolute slack on a relative L2 error; each step's own slack (one rounding) replaced 1e-6
@@ -154,21 +154,24 @@ def _fmt(value: Any) -> str:
     return "inf" if value == math.inf else (f"{value:.3g}" if isinstance(value, (int, float)) else str(value))
 
 
-def recheck(case: Mapping[str, Any], report: Mapping[str, Any] | None = None,
-            definition: Any = None) -> list[str] | None:
+def recheck(case: Case | Mapping[str, Any], report: Report | None = None, definition: Any = None) -> list[str] | None:
     """The diffusion family's re-check of a report case (:func:`ikdata.core.verdicts.recheck`): why a
     trajectory's (or one of its denoiser steps') "passed" cannot be trusted, empty for a trustworthy pass;
-    None when the case holds no trajectory measurements (not the family's).
+    None when the case holds no trajectory measurements (not the family's). ``case`` may also be the bare JSON
+    of its status and measurements.
 
     Recomputes the verdict from the recorded measurements, and refuses bounds looser than the
     defaults (k, eps, PSNR and SNR thresholds, chain bounds).
     """
     problems: list[str] = []
-    measures = case.get("trajectory")
+    if isinstance(case, Case):
+        status, measures = case.status, case.record(TRAJECTORY)
+    else:
+        status, measures = case.get("status"), case.get(TRAJECTORY)
     if not isinstance(measures, Mapping):
         return None
-    if case.get("status") != Status.PASSED:
-        return [f"status is {case.get('status')!r}, not {Status.PASSED!r}"]
+    if status != Status.PASSED:
+        return [f"status is {str(status)!r}, not {Status.PASSED!r}"]
     try:
         k, eps = float(measures["k"]), float(measures["eps"])
     except (KeyError, TypeError, ValueError):

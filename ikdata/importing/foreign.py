@@ -39,7 +39,7 @@ from ikdata.core.problems import Problem
 from ikdata.core.records import RandomInput, Receipt, TensorRef, WorkloadRow
 from ikdata.core.safetensors_format import BLOB_KEY, TensorEntry
 from ikdata.core.store import BlobCheck, blob_path, digest_from_path, rehash_file
-from ikdata.judging.cases import Case, Report, read_report
+from ikdata.core.cases import Case, Report, read_report
 
 FLASHINFER_ORIGIN = "flashinfer-trace"
 
@@ -326,7 +326,7 @@ def _convert(ds: Dataset, descriptor: Any, source: Source, hashed: dict, where: 
 
 
 def _read_report(ds: Dataset, source: Source) -> None:
-    """SRC's replay report, read by the one reader (:func:`ikdata.judging.cases.read_report`) once the path rule
+    """SRC's replay report, read by the one reader (:func:`ikdata.core.cases.read_report`) once the path rule
     allows it: its cases by uuid, or a problem naming the report and the JSON pointer of what is wrong."""
     path = ds.report_path
     if not os.path.lexists(path):

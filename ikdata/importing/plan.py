@@ -41,7 +41,7 @@ from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 from ikdata.core.safetensors_format import BLOB_KEY
 from ikdata.importing.carried import Carried, plan_carried
-from ikdata.judging.cases import Case, Report
+from ikdata.core.cases import Case, Report
 
 CANNOT_REJUDGE = "cannot-rejudge"  # a verdict SRC claims that import cannot re-judge here
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
@@ -145,7 +145,7 @@ def validation_record(case: Case, report: Report, *, report_name: str | None, re
 
     It keeps what a later import needs to recheck it: metrics, per-output tolerance,
     the default table, the digests judged, and every family record of the case
-    (:attr:`~ikdata.judging.cases.Case.records`: a denoiser step judged by its trajectory keeps its measurements).
+    (:attr:`~ikdata.core.cases.Case.records`: a denoiser step judged by its trajectory keeps its measurements).
     """
     record: dict[str, Any] = {
         "status": str(case.status),
@@ -237,8 +237,7 @@ def _validation_for(source: Source, uuid: str, row: dict,
             reasons += stale
             at = at or ((source.report_name, pointer) if pointer else None)
             continue
-        reasons += (recheck(inherited if inherited is not None else case, report,
-                            definition=_trusted(source, row["definition"]))
+        reasons += (recheck(case, report, definition=_trusted(source, row["definition"]))
                     or _digest_reasons(case, row, receipt))
     if reasons:
         return None, reasons, at

@@ -113,7 +113,7 @@ def rejudge(plan: Any, *, definitions: Sequence[Any] = (), trust: Sequence[str] 
         return Rejudged(0)
     from ikdata.core.dataset import Dataset
     from ikdata.judging import families
-    from ikdata.judging.cases import read_report
+    from ikdata.core.cases import read_report
     from ikdata.replay.runner import replay
 
     source = plan.source

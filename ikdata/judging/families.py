@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ikdata.core import features
 from ikdata.core.features import Family
-from ikdata.judging.cases import Report
+from ikdata.core.cases import Report
 
 
 FAMILIES: tuple[Family, ...] = (*features.families(), Family("operators"))  # operators: judged case by case

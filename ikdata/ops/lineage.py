@@ -21,7 +21,7 @@ from ikdata.core.errors import ProblemsFound, RecordError, UsageError
 from ikdata.core.problems import Problem
 from ikdata.core.records import Receipt, TensorRef, WorkloadRow
 from ikdata.core.store import DIGEST_RE, digest_from_path
-from ikdata.judging.cases import Case, read_report
+from ikdata.core.cases import Case, read_report
 
 CAPTURE_FIELDS = ("engine", "engine_version", "model", "model_revision", "request_id", "step", "variant",
                   "operation", "module_path", "process_id", "host", "rank", "world_size", "local_rank",

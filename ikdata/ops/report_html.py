@@ -43,7 +43,7 @@ from ikdata.core.problems import Problem
 from ikdata.core.status import Status
 from ikdata.core.store import write_atomic
 from ikdata.judging import families
-from ikdata.judging.cases import Report
+from ikdata.core.cases import Report
 from ikdata.ops.report_parts import (NOT_A_NUMBER, CaseView, Checks, FamilySection, axes, escape, is_number, label,
                                      plotly, reason_text, zeros_on_log_axis)
 
@@ -180,7 +180,7 @@ def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay repo
     JSON pointer. plotly.js is included once: inlined, or with ``plotly_js`` a file of that name beside the
     page (:data:`PLOTLY_JS`, written by :func:`write_html`).
 
-    ``report``: a :class:`~ikdata.judging.cases.Report` (as :func:`~ikdata.judging.cases.read_report` gives it),
+    ``report``: a :class:`~ikdata.core.cases.Report` (as :func:`~ikdata.core.cases.read_report` gives it),
     or any JSON document: the page reads its JSON either way, each value through :class:`Checks`, so a report
     no schema checked (a case that is not an object, a uuid that is a number) is drawn with located problems
     where the typed reader would refuse it whole."""

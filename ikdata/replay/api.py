@@ -25,7 +25,7 @@ from ikdata.core.errors import DefinitionError, RecordError, UntrustedReference
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core.repeats import Repeats
 from ikdata.core.store import BlobStore, digest_from_path
-from ikdata.judging.cases import Case
+from ikdata.core.cases import Case
 from ikdata.replay.blobs import load_verified
 from ikdata.replay.reuse import ReuseCache
 

@@ -2,7 +2,7 @@
 
 The report is one JSON document (``schemas/report.schema.json``, the contract in ``docs/replay.md``); this
 module is where it is read and written as JSON. Everything else takes the typed report
-(:mod:`ikdata.judging.cases`): a case is recorded as a :class:`Case` (:meth:`ReportFile.add`), a family decides
+(:mod:`ikdata.core.cases`): a case is recorded as a :class:`Case` (:meth:`ReportFile.add`), a family decides
 over the report so far as a :class:`Report` (:meth:`ReportFile.typed`, :meth:`ReportFile.set_groups`), and
 shards are joined as Reports (:func:`combine_reports`). While a replay runs, cases are journaled beside the
 report (:class:`ReportFile`). Cases end up sorted by (definition, uuid), so a sharded run's combined report
@@ -21,7 +21,7 @@ import orjson
 from ikdata.core import jsonl, schema
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.store import write_atomic
-from ikdata.judging.cases import Case, Group, Report, read_report
+from ikdata.core.cases import Case, Group, Report, read_report
 
 FORMAT = "ikdata-replay/1"
 SEED_BESIDE = "results/ikdata-replay.json"  # ikdata's report in the seed layout, beside the seed's results/replay.json
@@ -91,7 +91,7 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises:
         RecordError: the file is missing, not JSON or does not fit ``report.schema.json``, located
-            (:func:`ikdata.judging.cases.read_report`, the one reader).
+            (:func:`ikdata.core.cases.read_report`, the one reader).
     """
     return read_report(path).to_json()
 

@@ -35,7 +35,7 @@ from ikdata.core.cache_dir import user_cache_dir
 from ikdata.core.digest import record_digest
 from ikdata.core.store import rehash_file
 from ikdata.core.status import JUDGED
-from ikdata.judging.cases import Case
+from ikdata.core.cases import Case
 
 CACHE_FILE = "replay-reuse.jsonl"
 EVIDENCE_FILE = "replay-verified.jsonl"

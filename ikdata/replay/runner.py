@@ -29,7 +29,7 @@ from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
 from ikdata.core import tolerances
 from ikdata.core.repeats import first_receipts
 from ikdata.judging import families
-from ikdata.judging.cases import Case
+from ikdata.core.cases import Case
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay import api
 from ikdata.replay.api import Pending, Refusal, Run

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence, Union
 
 from ikdata.core.status import Status
 from ikdata.judging import families
-from ikdata.judging.cases import Case, Report
+from ikdata.core.cases import Case, Report
 
 STATUSES = tuple(Status)
 CASE_COLUMNS = ("uuid", "axes", "status", "max abs", "rel rms", "cos", "mism", "s", "note")

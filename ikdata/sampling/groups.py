@@ -35,7 +35,7 @@ from ikdata.sampling import independence
 from ikdata.sampling.stats import (DEFAULT_ALPHA, TV_MIN_DRAWS, bonferroni, chi2_isf_even, legendre, ncx2_sf_even,
                                    pit_test, temperature_moments, tv_test, tv_too_small)
 from ikdata.core.status import Status
-from ikdata.judging.cases import TOO_SMALL, Case
+from ikdata.core.cases import TOO_SMALL, Case
 
 JUDGE = "sampling"
 HIST_BINS = 10
@@ -375,8 +375,8 @@ def describe_test(test: Mapping[str, Any]) -> str:
             f"{test['alpha']:.3g} ({seen} with power 0.9{need})")
 
 
-def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mapping[str, Any],
-                 found: Mapping[str, Any], definition: Any = None) -> list[str]:
+def recheck_case(case: Case, report: Report | None, spec: Mapping[str, Any], found: Mapping[str, Any],
+                 definition: Any = None) -> list[str]:
     """Why a sampling case's "passed" cannot be trusted (empty: it can), for :func:`ikdata.core.verdicts.recheck`.
 
     The recorded alpha may not be below the definition's (or the default), the order must be the
@@ -403,17 +403,17 @@ def recheck_case(case: Mapping[str, Any], report: Mapping[str, Any], spec: Mappi
             reasons.append(f"p-value {p_value!r} is below its alpha {each!r}")
     elif not found.get("judged"):
         reasons.append("no draw was judged")
-    cases = [c for c in report.get("cases") or () if c.get("definition") == case.get("definition")
-             and is_sampling_case(c) and isinstance(c.get("sampling"), Mapping)]
-    if not reasons and isinstance(case.get("sampling"), Mapping) and cases:
-        verdict = decide(str(case.get("definition")), cases, alpha=float(alpha))
-        status, why, _ = verdict.statuses.get(case.get("uuid"), ("missing", "not in the pooled cases", {}))
+    cases = [c for c in (report.cases if report is not None else ()) if c.definition == case.definition
+             and is_sampling_case(c) and isinstance(c.record(JUDGE), Mapping)]
+    if not reasons and isinstance(case.record(JUDGE), Mapping) and cases:
+        verdict = decide(case.definition, cases, alpha=float(alpha))
+        status, why, _ = verdict.statuses.get(case.uuid, ("missing", "not in the pooled cases", {}))
         if status != Status.PASSED:
             reasons.append(f"recomputed from the report's cases: {status}" + (f" ({why})" if why else ""))
     return reasons
 
 
-def recheck(case: Mapping[str, Any], report: Mapping[str, Any], definition: Any = None) -> list[str] | None:
+def recheck(case: Case, report: Report | None, definition: Any = None) -> list[str] | None:
     """The sampling family's re-check of a report case (:func:`ikdata.core.verdicts.recheck`): why its "passed"
     cannot be trusted (empty: it can); None when no output of the case was judged by the sampling judge.
 

@@ -31,7 +31,7 @@ from ikdata.sampling.pipeline import Extras
 from ikdata.sampling.records import record_logits, record_top_logprobs
 from ikdata.sampling.stats import DEFAULT_ALPHA
 from ikdata.core.status import Status
-from ikdata.judging.cases import Case, Group, Report
+from ikdata.core.cases import Case, Group, Report
 
 AWAITING = "awaiting the pooled test of its definition (run replay to the end)"
 

@@ -1,4 +1,4 @@
-"""Import reads SRC's report through the one reader (judging.cases.read_report) and works on its typed cases
+"""Import reads SRC's report through the one reader (core.cases.read_report) and works on its typed cases
 (issue 33): a report that is not one is refused at its file and JSON pointer; a case's family records travel
 with the validation its receipt gets, whatever the family (none is named by import)."""
 

@@ -1,4 +1,4 @@
-"""Lineage reads the dataset's replay report through the one reader (judging.cases.read_report): its cases are
+"""Lineage reads the dataset's replay report through the one reader (core.cases.read_report): its cases are
 each workload's validations, and a report that is not one is shown in the chain as a validation that cannot be
 read, named with its JSON pointer, never a traceback and never silently dropped."""
 

@@ -14,7 +14,8 @@ from ikdata.core import features, verdicts
 @pytest.fixture
 def declared(monkeypatch):
     module = types.ModuleType("ikdata_recheck_family")
-    module.recheck = lambda case, report, definition: (["the family's own reason"] if "mine" in case else None)
+    module.recheck = lambda case, report, definition: (["the family's own reason"] if case.record("mine") is not None
+                                                        else None)  # handed the typed Case
     monkeypatch.setitem(sys.modules, "ikdata_recheck_family", module)
     family = features.Family("mine", recheck="ikdata_recheck_family:recheck")
     everything = features.families()

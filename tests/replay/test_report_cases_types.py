@@ -1,4 +1,4 @@
-"""The typed report (ikdata.judging.cases): a replay's report reads as a Report and writes back byte for byte;
+"""The typed report (ikdata.core.cases): a replay's report reads as a Report and writes back byte for byte;
 the one reader names the file and the field of a broken report."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import ikdata
 from ikdata.core.errors import RecordError
 from ikdata.core.status import Status
-from ikdata.judging.cases import Case, Report, read_report
+from ikdata.core.cases import Case, Report, read_report
 from ikdata.replay import report as report_mod
 from ikdata.replay.runner import replay
 

@@ -11,7 +11,7 @@ import pytest
 from ikdata.core import features, verdicts
 from ikdata.core.status import Status
 from ikdata.judging import families
-from ikdata.judging.cases import Case, Report
+from ikdata.core.cases import Case, Report
 from ikdata.replay import report as report_mod
 from ikdata.replay import summary
 

@@ -1,4 +1,4 @@
-"""The report page takes the typed report the one reader gives (judging.cases.read_report) and draws the
+"""The report page takes the typed report the one reader gives (core.cases.read_report) and draws the
 same page as from the report's JSON: typing the report changes nothing the user sees."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report_page_helpers import report_of_100_cases  # noqa: E402
 
-from ikdata.judging.cases import read_report  # noqa: E402
+from ikdata.core.cases import read_report  # noqa: E402
 from ikdata.ops.report_html import draw  # noqa: E402
 
 
