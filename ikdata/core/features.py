@@ -90,7 +90,7 @@ class Family:
         stats: ``f(root)``: an object with ``counted``, ``lines()`` and ``since(earlier)`` (capture's summary).
         describe: ``f(ds, key)``: None, or an object with ``document`` and ``show(out)`` for ``ikdata show``.
         settings: ``f(options)``: the family's replay settings from the command line's options (a mapping).
-        summary: ``f(report)``: the family's part of replay's end summary (from the report's JSON): lines and
+        summary: ``f(report: Report)``: the family's part of replay's end summary: lines and
             :class:`ikdata.judging.summary_table.SummaryTable` blocks.
         figures: ``f(report, cases, checks)``: the family's section of the report page (or None), offered the
             ``(index, case)`` pairs no earlier family claimed, as JSON read through ``checks`` (a report from

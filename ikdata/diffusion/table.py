@@ -75,8 +75,8 @@ def notes(report: Report | Any) -> list[str]:
 
 
 def summary_lines(report: Report | Any) -> list[Any]:
-    """The diffusion family's part of replay's end summary (its ``summary`` hook, handed the report's JSON
-    document): one table of the trajectories (steps passed, worst e/f and where, PSNR), with their notes under it
+    """The diffusion family's part of replay's end summary (its ``summary`` hook, handed the
+    :class:`~ikdata.core.cases.Report`; its JSON is read too): one table of the trajectories (steps passed, worst e/f and where, PSNR), with their notes under it
     (no rows without any)."""
     from ikdata.judging.summary_table import SummaryTable
 

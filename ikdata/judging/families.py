@@ -85,14 +85,13 @@ def settings_from(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def summaries(report: Report) -> list[Any]:
     """Every family's part of replay's end summary, in declaration order: lines and
-    :class:`ikdata.judging.summary_table.SummaryTable` blocks. A ``summary`` hook reads the report's JSON
-    document (what a family outside ikdata reads of a report file too)."""
-    document = report.to_json()
+    :class:`ikdata.judging.summary_table.SummaryTable` blocks, each from the family's ``summary`` hook handed
+    the :class:`~ikdata.core.cases.Report`."""
     found: list[Any] = []
     for family in FAMILIES:
         summary = family.hook("summary")
         if summary is not None:
-            found += summary(document)
+            found += summary(report)
     return found
 
 

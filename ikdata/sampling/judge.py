@@ -258,8 +258,8 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
 
 
 def summary_lines(report: Report | Mapping[str, Any]) -> list[str]:
-    """The sampling family's part of replay's end summary (its ``summary`` hook, handed the report's JSON
-    document): each definition's pooled verdict with alpha, p-values and detectable shifts."""
+    """The sampling family's part of replay's end summary (its ``summary`` hook, handed the
+    :class:`~ikdata.core.cases.Report`; its JSON is read too): each definition's pooled verdict with alpha, p-values and detectable shifts."""
     return verdict_lines([group.to_json() for group in Report.of(report).groups.get(JUDGE, ())])
 
 

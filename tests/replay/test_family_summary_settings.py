@@ -23,9 +23,9 @@ def test_family(monkeypatch):
     module = types.ModuleType("ikdata_summary_family")
     module.settings = lambda options: {"from": options["floor_k"]}
     module.finish = lambda run, shard=None, settings=None: seen.setdefault("settings", settings)
-    module.summary = lambda report: ["the test family saw it", SummaryTable(
-        "test family table", ("uuid", "status"), tuple((c["uuid"][:8], str(c["status"])) for c in report["cases"]),
-        ("a note under the table",), frozenset(c["definition"] for c in report["cases"]))]
+    module.summary = lambda report: ["the test family saw it", SummaryTable(  # handed the typed Report
+        "test family table", ("uuid", "status"), tuple((c.uuid[:8], str(c.status)) for c in report.cases),
+        ("a note under the table",), frozenset(c.definition for c in report.cases))]
     monkeypatch.setitem(sys.modules, "ikdata_summary_family", module)
     family = families.Family("testfamily", settings="ikdata_summary_family:settings",
                              finish="ikdata_summary_family:finish", summary="ikdata_summary_family:summary")
