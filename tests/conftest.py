@@ -1,4 +1,5 @@
-"""Shared, generic fixtures: a small definition, an ikdata dataset and a seed-layout dataset.
+"""Shared, generic fixtures: a small definition, an ikdata dataset and a seed-layout dataset; and the isolation
+every test gets (its own HOME and caches) so the suite never touches the developer's files and runs in parallel.
 
 Every fixture writes under pytest's ``tmp_path``. Other test modules may use them;
 keep them generic (no assertions about any one feature here). Plain helpers live in
@@ -15,6 +16,37 @@ import pytest
 
 from foundation_helpers import (GEMM_NAME, gemm_definition_record, tree_digest, write_definition,  # noqa: F401
                                 write_seed_dataset)
+
+# What decides where ikdata (and the libraries it drives) keep per-user files: ikdata/core/cache_dir.py reads
+# IKDATA_CACHE_DIR, then XDG_CACHE_HOME, then HOME. Each is pointed into a folder of the test's own.
+USER_DIRS = ("HOME", "XDG_CACHE_HOME", "IKDATA_CACHE_DIR")
+
+
+def _point_user_dirs(folder: Path, setenv: Callable[[str, str], None]) -> None:
+    """HOME, XDG_CACHE_HOME and IKDATA_CACHE_DIR under ``folder`` (created, empty)."""
+    places = {"HOME": folder / "home", "XDG_CACHE_HOME": folder / "home" / ".cache",
+              "IKDATA_CACHE_DIR": folder / "ikdata-cache"}
+    for name in USER_DIRS:
+        places[name].mkdir(parents=True, exist_ok=True)
+        setenv(name, str(places[name]))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_user_dirs(tmp_path_factory):
+    """Session- and module-scoped fixtures (servers, engines, clusters) start before any test's own folders
+    exist: they get this pytest process's (one per xdist worker), never the developer's."""
+    patch = pytest.MonkeyPatch()
+    _point_user_dirs(tmp_path_factory.mktemp("session-user"), patch.setenv)
+    yield
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _own_user_dirs(tmp_path_factory, monkeypatch):
+    """Each test its own empty HOME, XDG cache and ikdata cache (replay's reuse cache, remote caches, the index
+    key), inherited by every subprocess it starts. Kept beside ``tmp_path``, not in it, so a test that lists its
+    ``tmp_path`` sees only what it wrote."""
+    _point_user_dirs(tmp_path_factory.mktemp("user"), monkeypatch.setenv)
 
 
 @pytest.fixture
