@@ -126,7 +126,7 @@ class _Group(TyperGroup):
     def invoke(self, ctx):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except (IkdataError, OSError) as exc:  # worded as the fast path words it (ikdata.cli._errors)
+        except (IkdataError, OSError, KeyboardInterrupt) as exc:  # worded as the fast path words it (ikdata.cli._errors)
             code = exit_code(exc, ctx.invoked_subcommand)
             if code is None:
                 raise

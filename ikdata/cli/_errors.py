@@ -31,6 +31,11 @@ def exit_code(exc: BaseException, command: str | None) -> int | None:
     if isinstance(exc, BrokenPipeError):  # to stop reading is not a problem, even while debugging
         stdout_closed()  # so nothing flushed later fails again ("Exception ignored ..." at exit)
         return 0
+    if isinstance(exc, KeyboardInterrupt):
+        from ikdata.cli._output import error
+
+        error(interrupted(command))
+        return INTERRUPTED
     if not isinstance(exc, (IkdataError, OSError)) or os.environ.get(DEBUG_ENV):
         return None
     from ikdata.cli._output import error
@@ -40,6 +45,26 @@ def exit_code(exc: BaseException, command: str | None) -> int | None:
         return exc.exit_code
     error(f"{'ikdata ' + command if command else 'ikdata'}: {describe_os_error(exc)}")
     return 1
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program Ctrl-C stopped
+# What running the command again does, for the commands that go on from where they stopped.
+_RESUME = {
+    "push": "run the same push again: it sends only what the remote lacks, and the manifest goes last, so the "
+            "remote still names only what it holds",
+    "pull": "run the same pull again: it fetches only what is missing",
+    "clone": "run the same clone again: what it fetched is kept beside the folder, so it fetches only the rest",
+    "replay": "run it again with --resume to keep the cases already judged",
+    "import": "run the same import again: an import either completes or leaves the dataset as it was",
+    "capture": "what the program wrote so far is in the dataset; ikdata validate says whether it is whole",
+}
+
+
+def interrupted(command: str | None) -> str:
+    """The line a Ctrl-C ends a command with: that it stopped, that what it wrote is valid, how to go on."""
+    name = f"ikdata {command}" if command else "ikdata"
+    advice = _RESUME.get(command or "", "what it wrote so far is valid (ikdata repair cleans up if not)")
+    return f"{name}: interrupted (Ctrl-C); {advice}."
 
 
 def stdout_closed() -> None:
@@ -52,4 +77,4 @@ def stdout_closed() -> None:
         pass
 
 
-__all__ = ["DEBUG_ENV", "exit_code", "stdout_closed"]
+__all__ = ["DEBUG_ENV", "INTERRUPTED", "exit_code", "interrupted", "stdout_closed"]

@@ -84,15 +84,20 @@ def run_parallel(phase: str, items: Sequence[T], work: Callable[[T], R], *, size
 
     if jobs <= 1 or len(items) == 1:
         return [one(item) for item in items]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = [pool.submit(one, item) for item in items]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in pending:
-            future.cancel()
-        for future in futures:
-            if future.done() and not future.cancelled() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
-        return [f.result() for f in futures]
+    except BaseException:
+        # Ctrl-C (or any error while waiting): nothing queued starts; the at most ``jobs`` transfers under way
+        # finish (each object is written whole or not at all), so the command stops within one object's time.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)  # an error: the running ones finish before it is raised
+    for future in futures:
+        if future.done() and not future.cancelled() and future.exception() is not None:
+            raise future.exception()  # type: ignore[misc]
+    return [f.result() for f in futures]
 
 
 def chunked(items: Iterable[T], size: int) -> Iterable[list[T]]:
