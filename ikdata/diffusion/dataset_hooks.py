@@ -61,6 +61,9 @@ def references(root: str | os.PathLike) -> tuple[list[str], list]:
     return referenced_paths(root)
 
 
+SHOWN_IDS = 10  # trajectory ids ``ikdata stats`` prints; --json lists every one
+
+
 @dataclass
 class TrajectoryStats:
     """What ``ikdata stats`` (and ``ikdata capture``'s summary) says about a dataset's trajectories."""
@@ -72,7 +75,7 @@ class TrajectoryStats:
     @property
     def counted(self) -> dict[str, Any]:
         """The figures for the stats JSON document."""
-        return {"trajectories": self.counts}
+        return {"trajectories": {**self.counts, "ids": sorted(self.ids)}}
 
     def lines(self) -> list[str]:
         """The stats line for a person, none when the dataset has no trajectories."""
@@ -80,8 +83,12 @@ class TrajectoryStats:
         if not counts.get("trajectories"):
             return []
         per = ", ".join(f"{k} {v}" for k, v in sorted(counts["per_pipeline"].items()))
+        shown = sorted(self.ids)[:SHOWN_IDS]
+        more = len(self.ids) - len(shown)
+        ids = ", ".join(i[:12] for i in shown) + (f" and {more} more ('ikdata stats --json' lists all)" if more else "")
         return [f"trajectories {counts['trajectories']} ({per}) · steps {counts['steps']} · "
-                f"incomplete {counts['incomplete']} · models {counts['models']}"]
+                f"incomplete {counts['incomplete']} · models {counts['models']}",
+                f"trajectory ids: {ids} ('ikdata show DS ID' shows one)"]
 
     def since(self, earlier: TrajectoryStats) -> list[str]:
         """One line per trajectory added after ``earlier`` was taken (for a capture's summary)."""

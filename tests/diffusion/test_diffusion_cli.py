@@ -44,7 +44,11 @@ def test_capture_the_video_example_then_validate_show_stats_lineage_noise(tmp_pa
     stats = ikdata("stats", str(into), "--json")
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout)["trajectories"] == {"trajectories": 1, "incomplete": 0, "steps": 8,
-                                                        "per_pipeline": {"LTX2Pipeline": 1}, "models": 1}
+                                                        "per_pipeline": {"LTX2Pipeline": 1}, "models": 1,
+                                                        "ids": [record["trajectory"]]}
+    listed = ikdata("stats", str(into))  # the ids are listed once the capture summary has scrolled away
+    assert listed.returncode == 0, listed.stderr
+    assert f"trajectory ids: {record['trajectory'][:12]}" in listed.stdout
 
     traced = ikdata("lineage", str(into), f"{short}:2:audio", "--json")
     assert traced.returncode == 0, traced.stderr
