@@ -16,7 +16,10 @@ least 5% of the claims were forged, a sample of 90 holds one with probability 1 
 Sampling definitions are judged per group (a pooled test over all of a definition's draws), so a
 sampled draw brings its whole definition along. A case this machine judged before is taken from its
 own reuse cache (:mod:`ikdata.replay.reuse`: written only by replays here, never read from a
-dataset), so importing what was replayed here costs no second run.
+dataset), so importing what was replayed here costs no second run; only under a key that matches in
+full (the whole definition record in order, its entry and outputs' order included, every judging setting,
+the blobs' digests, the judging code), so a verdict about another dataset's computation never answers
+for SRC's.
 
 A family that judges only whole runs (diffusion: a trajectory decides its denoiser and scheduler-step
 workloads against its own noise floor and reference schedule) gets one: when SRC's claims include

@@ -1,9 +1,18 @@
 """Reuse: a case identical to one already judged takes that result instead of running again.
 
-Two cases are identical when their reuse key is: sha256 over the reference's
-digest, the input digests and scalar values, the expected-output digests, the
-device kind (``cpu``, ``cuda``), the torch version, the judging rule (the
-definition's tolerance and judge, and the default table) and the ikdata version.
+Two cases are identical when their reuse key is (:func:`case_reuse_key`): sha256 over everything that
+decides what the reference computes and how its result is compared:
+
+- the definition record itself, every field in its written order (so the reference source, its ``entry``,
+  the inputs' and outputs' names in order, their dtypes and shapes, the axes, tolerance and judge), less
+  only the fields listed in :data:`NOT_COMPUTATION` with why each cannot change a verdict; a field a later
+  schema adds is in the key until someone argues it out (``tests/security/test_round5_reuse_key.py``);
+- the rule each output is judged by, as the judges select it (whatever settings a rule grows), and the
+  default tolerance table;
+- the input digests and scalar values, the row's axes, the expected-output digests;
+- the device kind (``cpu``, ``cuda``), the torch and ikdata versions, and a digest of the judging code:
+  the source files of the family that owns the definition and of the replay loop and judges
+  (:func:`judging_code_digest`), so a changed judge is never answered by the old one's verdict.
 
 Where results come from: cases judged earlier in the same run, and a per-user
 cache file, ``$IKDATA_CACHE_DIR/replay-reuse.jsonl`` (default
@@ -25,10 +34,12 @@ now (one read). The evidence lives beside the cache in ``replay-verified.jsonl``
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ikdata.core import jsonl
 from ikdata.core.cache_dir import user_cache_dir
@@ -54,15 +65,150 @@ def default_cache_path() -> Path:
     return user_cache_dir() / CACHE_FILE
 
 
-def reuse_key(*, reference_digest: str, input_digests: Mapping[str, str], scalars: Mapping[str, Any],
-              expected_digests: Mapping[str, str], device_kind: str, torch_version: str,
-              judging: Mapping[str, Any]) -> str:
-    """The digest that decides whether two cases are the same replay."""
+# Fields of a definition record left out of the reuse key, each with why it cannot change what the reference
+# computes or how its result is judged. Every other field, present or added later, is in the key.
+NOT_COMPUTATION: Mapping[str, str] = {
+    "description": "prose for people; nothing reads it to run or judge",
+    "capture": "binds a dispatcher op when capturing; replay never reads it (the captured blobs are keyed)",
+    "init": "FlashInfer's input generator source, never run by ikdata: the inputs are the captured blobs, "
+            "whose digests are keyed",
+}
+
+
+def ordered(value: Any) -> Any:
+    """``value`` with every mapping as a list of ``[key, value]`` pairs in its order: canonical JSON sorts keys,
+    and the order of a definition's inputs and outputs decides which tensor a reference gets and returns."""
+    if isinstance(value, Mapping):
+        return [[str(k), ordered(v)] for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [ordered(v) for v in value]
+    return value
+
+
+def definition_identity(record: Mapping[str, Any]) -> list[Any]:
+    """What of a definition record the reuse key covers: every field but :data:`NOT_COMPUTATION`, in order."""
+    return ordered({k: v for k, v in record.items() if k not in NOT_COMPUTATION})
+
+
+# Files (in the ikdata package) whose code judges every case replay's loop judges, whatever family owns it.
+JUDGING_FILES = ("replay/runner.py", "replay/api.py", "replay/blobs.py", "replay/judges.py", "core/tolerances.py",
+                 "core/judge_registry.py", "core/definitions.py", "core/references.py")
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=64)
+def _code_digest(modules: tuple[str, ...]) -> str:
+    """sha256 over :data:`JUDGING_FILES` and the source files of ``modules``: for a hook module of a package
+    outside ikdata's replay and core, that package's whole folder (a family's code is its package). A module
+    that cannot be found counts by its name."""
+    import importlib.util
+
+    from ikdata.core.digest import bytes_digest
+
+    paths: dict[str, Path] = {name: _PACKAGE / name for name in JUDGING_FILES}
+    files: dict[str, str] = {}
+    for module in modules:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None)
+        if not origin or not os.path.isfile(origin):
+            files[module] = "missing"
+            continue
+        for path in sorted(Path(origin).parent.glob("*.py")):
+            paths[str(path)] = path
+    for name, path in paths.items():
+        try:
+            files[name] = bytes_digest(path.read_bytes())
+        except OSError:
+            files[name] = "unreadable"
+    return record_digest(files)
+
+
+def judging_code_digest(family: Any, judge_functions: Iterable[Any] = ()) -> str:
+    """A digest of the code that judges a case of ``family`` (:class:`ikdata.core.features.Family`): the replay
+    loop and judges (:data:`JUDGING_FILES`), the family's hook modules' packages, and the modules of plugin
+    judge functions (``judge_functions``) a definition names."""
+    modules: set[str] = set()
+    for value in vars(family).values() if family is not None else ():
+        if isinstance(value, str) and ":" in value:
+            modules.add(value.split(":", 1)[0])
+    for function in judge_functions:
+        module = getattr(function, "__module__", None)
+        if isinstance(module, str):
+            modules.add(module)
+    return _code_digest(tuple(sorted(modules)))
+
+
+def reuse_key(*, definition: Mapping[str, Any], input_digests: Mapping[str, str], scalars: Mapping[str, Any],
+              expected_digests: Mapping[str, str], axes: Mapping[str, int], device_kind: str, torch_version: str,
+              judging: Any, code: str) -> str:
+    """The digest that decides whether two cases are the same replay (module docstring: what it covers).
+
+    Args:
+        definition: the definition record as written (:func:`definition_identity` takes what counts).
+        judging: the rules the outputs are judged by, as JSON (any settings a rule has are keyed).
+        code: :func:`judging_code_digest` of the family that judges the case.
+    """
     from ikdata._version import __version__
 
-    return record_digest({"reference": reference_digest, "inputs": dict(input_digests), "scalars": dict(scalars),
-                          "expected": dict(expected_digests), "device": device_kind, "torch": torch_version,
-                          "judging": dict(judging), "ikdata": __version__})
+    return record_digest({"definition": definition_identity(definition), "inputs": dict(input_digests),
+                          "scalars": dict(scalars), "expected": dict(expected_digests), "axes": dict(axes),
+                          "device": device_kind, "torch": torch_version, "judging": ordered(judging),
+                          "code": code, "ikdata": __version__})
+
+
+def case_reuse_key(run: Any, definition: Any, row: Any, receipt: Any) -> str | None:
+    """The reuse key of judging ``row`` against ``receipt`` in ``run`` (an :class:`ikdata.replay.api.Run`), from
+    the blob names (no reads); None when a blob is not named by its digest (FlashInfer layout) or the rule an
+    output is judged by cannot be chosen (the case then runs and says why)."""
+    from ikdata.core import tolerances
+    from ikdata.core.records import Scalar, TensorRef
+    from ikdata.core.store import digest_from_path
+    from ikdata.judging import families
+    from ikdata.replay import judges
+
+    input_digests, scalars = {}, {}
+    for name, descriptor in row.inputs.items():
+        if isinstance(descriptor, Scalar):
+            scalars[name] = descriptor.value
+        elif isinstance(descriptor, TensorRef):
+            input_digests[name] = digest_from_path(descriptor.path)
+        else:
+            return None
+    expected_digests = {n: digest_from_path(d.path) if isinstance(d, TensorRef) else None
+                        for n, d in receipt.expected_output.items()}
+    if None in input_digests.values() or None in expected_digests.values():
+        return None  # blobs not named by digest (FlashInfer layout): no cheap key
+    rules, plugins = {}, []
+    try:
+        for name in definition.outputs:
+            chosen = judges.select_rule(definition, name, layout=run.ds.layout)
+            rule = chosen.rule
+            # every field of the rule, whatever settings a judge grows later (not only those to_dict names)
+            settings = dataclasses.asdict(rule) if dataclasses.is_dataclass(rule) else repr(rule)
+            rules[name] = {"rule": settings, "type": type(rule).__name__, "chosen_by": chosen.chosen_by}
+            plugin = getattr(rule, "name", None)
+            if isinstance(plugin, str) and plugin not in judges.METRIC_JUDGES:
+                found = _plugin_metrics(plugin)
+                if found is not None:
+                    plugins.append(found)
+    except Exception:  # noqa: BLE001 - no rule, no key: the case runs and reports why
+        return None
+    return reuse_key(
+        definition=definition.record, input_digests=input_digests, scalars=scalars,
+        expected_digests=expected_digests, axes=row.axes, device_kind=run.device_kind,
+        torch_version=run.torch_version, judging={"outputs": rules, "defaults": tolerances.table(),
+                                                  "layout": run.ds.layout},
+        code=judging_code_digest(families.owner(definition), plugins))
+
+
+def _plugin_metrics(name: str) -> Any:
+    from ikdata.core import judge_registry
+
+    judge = judge_registry.get(name)
+    return getattr(judge, "metrics", None) if judge is not None else None
 
 
 @dataclass
@@ -210,4 +356,5 @@ def reused_case(earlier: Mapping[str, Any], *, definition: str, uuid: str, axes:
     return Case.from_json(case, path="the reuse cache")
 
 
-__all__ = ["CACHE_FILE", "EVIDENCE_FILE", "ReuseCache", "default_cache_path", "reuse_key", "reused_case"]
+__all__ = ["CACHE_FILE", "EVIDENCE_FILE", "JUDGING_FILES", "NOT_COMPUTATION", "ReuseCache", "case_reuse_key",
+           "default_cache_path", "definition_identity", "judging_code_digest", "ordered", "reuse_key", "reused_case"]

@@ -25,7 +25,7 @@ from ikdata.core.dataset import Dataset
 from ikdata.core.definitions import Definition
 from ikdata.core.errors import DefinitionError, IkdataError, RecordError, UsageError
 from ikdata.core.problems import Problem
-from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core.records import Receipt, TensorRef, WorkloadRow
 from ikdata.core import tolerances
 from ikdata.core.repeats import first_receipts
 from ikdata.judging import families
@@ -33,7 +33,7 @@ from ikdata.core.cases import Case
 from ikdata.replay import judges, report as report_mod, summary as summary_mod
 from ikdata.replay import api
 from ikdata.replay.api import Pending, Refusal, Run
-from ikdata.replay.reuse import ReuseCache, default_cache_path, reuse_key, reused_case
+from ikdata.replay.reuse import ReuseCache, case_reuse_key, default_cache_path, reused_case
 from ikdata.core.store import digest_from_path
 from ikdata.core.status import Status
 
@@ -400,23 +400,8 @@ def _short(exc: BaseException) -> str:
 
 
 def _reuse_key(run: Run, definition: Definition, row: WorkloadRow, receipt: Receipt) -> str | None:
-    """The case's reuse key, from the blob names (no reads); None when a blob is not named by its digest."""
-    input_digests, scalars = {}, {}
-    for name, descriptor in row.inputs.items():
-        if isinstance(descriptor, Scalar):
-            scalars[name] = descriptor.value
-        elif isinstance(descriptor, TensorRef):
-            input_digests[name] = digest_from_path(descriptor.path)
-    expected_digests = {n: digest_from_path(d.path) if isinstance(d, TensorRef) else None
-                        for n, d in receipt.expected_output.items()}
-    if None in input_digests.values() or None in expected_digests.values():
-        return None  # blobs not named by digest (FlashInfer layout): no cheap key
-    return reuse_key(
-        reference_digest=definition.reference_digest, input_digests=input_digests, scalars=scalars,
-        expected_digests=expected_digests, device_kind=run.device_kind, torch_version=run.torch_version,
-        judging={"tolerance": dict(definition.tolerance), "judge": definition.judge, "axes": dict(row.axes),
-                 "outputs": {n: s.dtype for n, s in definition.outputs.items()},
-                 **({"selection": judges.SEED_RULE} if run.ds.layout == "seed" else {})})
+    """The case's reuse key (:func:`ikdata.replay.reuse.case_reuse_key`: everything that decides the verdict)."""
+    return case_reuse_key(run, definition, row, receipt)
 
 
 def _lookup_reuse(run: Run, row: WorkloadRow, receipt: Receipt, key: str | None) -> dict[str, Any] | None:
