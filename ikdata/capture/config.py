@@ -68,7 +68,8 @@ class CaptureConfig:
         into: the dataset folder captures are written to.
         definitions: extra definition folders (exact definitions, matched by name).
         only: definition, template or op_type names to capture (empty: all).
-        steps: the steps to capture (None: all).
+        steps: the steps to capture (None: the default selection, :mod:`ikdata.capture.selection`).
+        per_step: keep each distinct call once per step (every step looked at), not once per run.
         step_module: class name of the top-level module whose forward calls count steps
             (None: any outermost module call counts).
         max_per_definition: at most this many workloads per definition, over all processes.
@@ -88,6 +89,7 @@ class CaptureConfig:
     definitions: tuple[str, ...] = ()
     only: tuple[str, ...] = ()
     steps: tuple[int, ...] | None = None
+    per_step: bool = False
     step_module: str | None = None
     max_per_definition: int | None = None
     max_bytes: int | None = None

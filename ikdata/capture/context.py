@@ -42,6 +42,8 @@ class Request:
 
 _REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("ikdata_capture_request", default=None)
 _STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("ikdata_capture_step", default=None)
+# the step a ``with step(N):`` block marks: module calls inside it are that step, not one counted
+_EXPLICIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("ikdata_capture_explicit_step", default=None)
 _NO_REQUEST = Request(None)
 REQUEST_FIELDS_MAX_BYTES = 64 << 10  # JSON bytes of request-file fields copied into every receipt
 
@@ -69,12 +71,48 @@ def request(request_id: str | int, *, steps: list[int] | tuple[int, ...] | None 
 
 @contextlib.contextmanager
 def step(index: int) -> Iterator[int]:
-    """Mark a block as step ``index`` of the current request (instead of counting module calls)."""
+    """Mark a block as step ``index`` of the current request (instead of counting module calls).
+
+    Module calls inside the block are that step (they count no step of their own), so ``--steps 5``
+    selects what runs in ``with step(5):`` and nothing else; a call recorded in the block is kept per
+    step (the step joins its selection key, as if ``--per-step`` were given for it).
+
+    Example:
+        >>> model(warm_up)                 # counted as step 0
+        >>> with ikdata.capture.step(5):
+        ...     model(ids)                 # step 5, whatever ran before
+    """
+    token, explicit = _STEP.set(index), _EXPLICIT.set(index)
+    try:
+        yield index
+    finally:
+        _EXPLICIT.reset(explicit)
+        _STEP.reset(token)
+
+
+@contextlib.contextmanager
+def at_step(index: int) -> Iterator[int]:
+    """Record the calls of a block as step ``index`` (capture's own adapters: a sampler's decode step),
+    without marking the block as a step of the program's (:func:`step`)."""
     token = _STEP.set(index)
     try:
         yield index
     finally:
         _STEP.reset(token)
+
+
+def current_request() -> Request | None:
+    """The request named in the program (``with request(...)``, or a request file's during its steps), if any."""
+    return _REQUEST.get()
+
+
+def step_asked() -> bool:
+    """Whether the steps of the calls running now were asked for: a ``with step(N):`` block, or a request
+    with its own ``steps`` (then the step is part of what makes a call distinct: selection keeps each)."""
+    if _EXPLICIT.get() is not None:
+        return True
+    req = _REQUEST.get()
+    return req is not None and req.steps is not None
 
 
 class RequestFile:
@@ -244,17 +282,21 @@ class StepTokens(NamedTuple):
     request: contextvars.Token | None
     selected: bool
     entered: tuple = ()
+    excluded: Any = None  # a step not selected: the guard keeping the dispatcher path out of it
 
 
 class StepTracker:
     """The module stack of each thread, and the step counter of each request.
 
-    ``steps``: the run's ``--steps`` (None: all), which a request's own ``steps`` replace."""
+    ``steps``: the run's ``--steps``, which a request's own ``steps`` replace; without either, every step
+    (``per_step``) or the default's spread of them (:func:`ikdata.capture.selection.looks_at`)."""
 
     def __init__(self, *, step_module: str | None, request_file: str | None,
-                 steps: tuple[int, ...] | None = None) -> None:
+                 steps: tuple[int, ...] | None = None, per_step: bool = False) -> None:
         self.step_module = step_module
         self.steps = steps
+        self.per_step = per_step
+        self._exclude: Any = None
         self.request_file = RequestFile(request_file) if request_file else None
         self.local = ThreadState()
         self._counters: dict[Any, int] = {}
@@ -279,18 +321,43 @@ class StepTracker:
     def begin_step(self) -> StepTokens:
         """Called as a step module's forward starts: count the step of the current request, and say whether
         it is selected (a request, and its steps or else the run's name the step, or none are named)."""
+        from ikdata.capture.selection import looks_at
+
         req = self.current_request()
         key = req.request_id if req is not None else None
+        explicit = _EXPLICIT.get()
         with self._lock:
-            index = self._counters.get(key, 0)
-            self._counters[key] = index + 1
+            if explicit is None:  # counted: the n-th step module call of this request
+                index = self._counters.get(key, 0)
+                self._counters[key] = index + 1
+            else:  # inside ``with step(N):``: that step, counting none
+                index = explicit
+                self._counters[key] = max(self._counters.get(key, 0), index + 1)
         token = _STEP.set(index)
         file_token = _REQUEST.set(req) if req is not None and _REQUEST.get() is None else None
         steps = req.steps if req is not None and req.steps is not None else self.steps
-        return StepTokens(token, file_token, req is not None and (steps is None or index in steps))
+        selected = req is not None and (index in steps if steps is not None else
+                                        self.per_step or explicit is not None or looks_at(index))
+        return StepTokens(token, file_token, selected, excluded=None if selected else self._excluded())
+
+    def _excluded(self) -> Any:
+        """Enter a guard that keeps the dispatcher path's kernels out of a step not selected (capture may have
+        entered it for the whole thread): the step's ops then cost what they cost without capture."""
+        if self._exclude is None:
+            import torch
+
+            from ikdata.capture.dispatch import KEY
+
+            keys = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, KEY))
+            self._exclude = lambda: torch._C._ExcludeDispatchKeyGuard(keys)
+        guard = self._exclude()
+        guard.__enter__()
+        return guard
 
     @staticmethod
     def end_step(tokens: StepTokens) -> None:
+        if tokens.excluded is not None:
+            tokens.excluded.__exit__(None, None, None)
         if tokens.request is not None:
             _REQUEST.reset(tokens.request)
         _STEP.reset(tokens.step)
@@ -338,4 +405,4 @@ def write_request_file(path: str, request_id: str | int, *, capture_steps: list[
     os.replace(tmp, path)
 
 
-__all__ = ["Ranks", "RankProbe", "ranks_from_env", "ranks_from_torch", "distributed_facts", "REQUEST_FIELDS_MAX_BYTES", "capped_fields", "Request", "request", "step", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]
+__all__ = ["Ranks", "RankProbe", "ranks_from_env", "ranks_from_torch", "distributed_facts", "REQUEST_FIELDS_MAX_BYTES", "capped_fields", "Request", "request", "step", "at_step", "current_request", "step_asked", "StepTracker", "RequestFile", "write_request_file", "read_request_file"]

@@ -85,10 +85,11 @@ class Capturer:
         self.only = frozenset(config.only)
         self.templates = load_templates()
         self.tracker = StepTracker(step_module=config.step_module, request_file=config.request_file,
-                                   steps=config.steps)
+                                   steps=config.steps, per_step=config.per_step)
         self.ranks = RankProbe()
         self.ledger = selection.Ledger(config.state_dir, max_per_definition=config.max_per_definition,
-                                       max_bytes=config.max_bytes)
+                                       max_bytes=config.max_bytes,
+                                       per_step=config.per_step or config.steps is not None)
         self.weights = WeightCache(min_bytes=config.weight_cache_min_bytes)
         self.writer = CaptureWriter(config.into, queue_bytes=config.queue_bytes, on_error=self._writer_failed,
                                     weights=self.weights)

@@ -1,4 +1,14 @@
-"""Selection: each (definition, request, step, variant) is captured once, within the caps, over all processes.
+"""Selection: each distinct call is captured once per run, within the caps, over all processes.
+
+A call's key is what makes it differ to a judge: its definition (which names the dtypes and the
+const axes), its variant (the other shapes; a sampler's settings and processors; the backward
+mark), its rank in a distributed program, and the request when the program names one. The step
+joins the key only where steps were asked for (``--per-step``, ``--steps``, a request's own
+``steps``): by default a forward loop keeps one workload per key, not one per forward.
+
+The default looks at a bounded spread of each request's steps (:func:`looks_at`: steps 0-3, then
+every power of two), so a long run pays for log2(steps) steps, and a shape that first appears
+late is still seen; the other steps run as they run without capture.
 
 With a state folder (``ikdata capture`` makes one per run), claims and budgets
 are shared by every process of the run: a key is claimed by creating a file
@@ -16,6 +26,26 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ikdata.capture.context import step_asked
+
+LOOKED_AT_FIRST = 4  # the default looks at a request's first steps, then at every power of two
+
+
+def looks_at(index: int) -> bool:
+    """Whether the default selection looks at step ``index`` of a request: 0-3, then 4, 8, 16, 32, ...
+
+    Example:
+        >>> [i for i in range(40) if looks_at(i)]
+        [0, 1, 2, 3, 4, 8, 16, 32]
+    """
+    return index < LOOKED_AT_FIRST or index & (index - 1) == 0
+
+
+def looked_at(steps: int) -> int:
+    """How many of steps ``0..steps-1`` the default looks at."""
+    return steps if steps <= LOOKED_AT_FIRST else 2 + (steps - 1).bit_length()  # 0-3, then 4, 8, ... below steps
+
+
 # Why a reservation was refused (also the counters of the summary).
 SEEN = "seen"
 DEFINITION_FULL = "definition-full"
@@ -32,7 +62,8 @@ class Ledger:
     """
 
     def __init__(self, state_dir: str | os.PathLike | None, *, max_per_definition: int | None,
-                 max_bytes: int | None) -> None:
+                 max_bytes: int | None, per_step: bool = False) -> None:
+        self.per_step = per_step
         self.state_dir = Path(state_dir) if state_dir else None
         self.max_per_definition = max_per_definition
         self.max_bytes = max_bytes
@@ -45,12 +76,21 @@ class Ledger:
         if self.state_dir is not None:
             (self.state_dir / "claims").mkdir(parents=True, exist_ok=True)
 
+    def run_key(self, key: tuple) -> tuple:
+        """The key a call ``(definition, request, step, variant)`` is selected under: without the step unless
+        steps were asked for (``per_step``, ``--steps``, a ``with step(N):`` block, a request's own ``steps``)."""
+        if self.per_step or len(key) != 4 or key[2] is None or step_asked():
+            return key
+        return (key[0], key[1], None, key[3])
+
     def is_seen(self, key: tuple) -> bool:
         """A cheap, local check before any work: this key was already taken (here or, as learned, elsewhere)."""
+        key = self.run_key(key)
         return key in self._seen or self._bytes_full or key[0] in self._full
 
     def reserve(self, definition: str, key: tuple, nbytes: int) -> str | None:
         """Claim ``key`` and reserve ``nbytes``; return None if granted, else why not (SEEN, ...FULL)."""
+        key = self.run_key(key)
         with self._lock:
             if key in self._seen:
                 return SEEN
@@ -114,4 +154,4 @@ class Ledger:
             return {"counts": {}, "bytes": 0}
 
 
-__all__ = ["Ledger", "SEEN", "DEFINITION_FULL", "BYTES_FULL"]
+__all__ = ["LOOKED_AT_FIRST", "looks_at", "looked_at", "Ledger", "SEEN", "DEFINITION_FULL", "BYTES_FULL"]

@@ -59,9 +59,12 @@ class _Recorder:
     verdict can name each one with what it did, passed or failed.
     """
 
-    def __init__(self, inner: Any, config: Any) -> None:
+    def __init__(self, inner: Any, config: Any, wanted: Any = None) -> None:
         self.inner = inner
-        self.steps: list[tuple[Any, Any]] = []  # (input ids, raw logits)
+        # per step: (input ids, raw logits), or None for a step selection leaves out (never copied)
+        self.steps: list[tuple[Any, Any] | None] = []
+        self.start: int | None = None  # the prompt's length: step i's ids are start + i long
+        self.wanted = wanted if wanted is not None else (lambda index: True)
         self.error: Exception | None = None
         try:
             self.present = processors_of(inner, declared(config))
@@ -70,9 +73,16 @@ class _Recorder:
         self.effects: list[dict[int, tuple[Any, Any]]] = []  # per step: processor index -> (removed, tv) per row
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        if self.start is None:
+            self.start = int(input_ids.shape[1])
+        if not self.wanted(len(self.steps)):  # decided before any copy: a step left out costs nothing
+            self.steps.append(None)
+            self.effects.append({})
+            return self.inner(input_ids, scores, **kwargs)
         self.steps.append((input_ids.detach().to("cpu", copy=True), scores.detach().to("cpu", copy=True)))
         unknown = [i for i, p in enumerate(self.present) if not p["declared"]]
         if not unknown or len(self.present) != len(self.inner):
+            self.effects.append({})
             return self.inner(input_ids, scores, **kwargs)
         import torch
 
@@ -188,18 +198,19 @@ def processors_of(processors: Any, found: dict[str, Any]) -> list[dict[str, Any]
     return out
 
 
-def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, attention_mask: Any) -> None:
+def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, attention_mask: Any,
+                 variant: str | None = None) -> None:
     import torch
 
     from ikdata.capture.context import step as step_context
 
-    if not recorder.steps or not cap.enabled:
+    if recorder.start is None or not cap.enabled:
         return
     if recorder.error is not None:
         raise recorder.error
     found = declared(config)
     unknown = [p["name"] for p in recorder.present if not p["declared"]]
-    start = recorder.steps[0][0].shape[1]
+    start = recorder.start
     eos = set(found["eos"])
     generated = sequences[:, start:].cpu()
     finished = torch.zeros(generated.shape[0], dtype=torch.bool)
@@ -207,13 +218,14 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
     pad = ((attention_mask != 0).int().argmax(dim=1).cpu().to(torch.int64) if attention_mask is not None
            else torch.zeros(generated.shape[0], dtype=torch.int64))
     flat_bad = [t for w in found["bad_words"] for t in (*w, -1)] or [-1]
-    for index, (ids, logits) in enumerate(recorder.steps):
-        position = ids.shape[1] - start
+    for index, kept in enumerate(recorder.steps):
+        position = index if kept is None else kept[0].shape[1] - start
         if position >= generated.shape[1]:
             break  # a step HF computed and then undid
         drawn = generated[:, position]
         rows = (~finished).nonzero().flatten()
-        if len(rows):
+        if kept is not None and len(rows):
+            ids, logits = kept
             b = len(rows)
 
             def full(name: str, dtype: Any) -> Any:
@@ -233,9 +245,73 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
             sampler = {"order": declared_by(__name__).order, "processors": recorder.effects_of(index, rows), "unknown": unknown}
             with step_context(index):
                 cap.record(TEMPLATE, inputs, {"samples": drawn[rows].to(torch.int64).contiguous()},
-                           operation=OPERATION, fills={"V": int(logits.shape[-1])}, provenance={"sampler": sampler})
+                           operation=OPERATION, fills={"V": int(logits.shape[-1])}, provenance={"sampler": sampler},
+                           variant=variant)
         if eos:
             finished |= torch.isin(drawn, torch.tensor(sorted(eos), dtype=drawn.dtype))
+
+
+FULL_STEPS = 16  # by default each kept generate call records its first 16 steps, then every power of two
+FULL_CALLS = 8  # and of the calls with the same settings and processors, the first 8, then every power of two
+
+
+def _spread(index: int, first: int) -> bool:
+    """The default's bounded spread: the first ``first`` indices, then every power of two."""
+    return index < first or index & (index - 1) == 0
+
+
+class _Selection:
+    """Which of HF's sampler calls and steps a capturer records, decided before anything is copied.
+
+    A call's key is what makes it differ to a judge: the vocabulary, every setting the generation config
+    declares and the processors present (name and source digest), so a sampled ``generate()`` after a
+    greedy one is never taken for a repeat. By default each key keeps a bounded spread over calls and,
+    in each call, over steps (:data:`FULL_CALLS`, :data:`FULL_STEPS`); ``--steps`` (or a request's own
+    steps) records those steps of every call, ``--per-step`` every step of every call.
+    """
+
+    def __init__(self, cap: Any) -> None:
+        self.cap = cap
+        self.lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+
+    def call(self, config: Any, processors: Any) -> tuple[int, str]:
+        """Number this call among the calls of its key in this process; returns (index, the workloads' variant)."""
+        import orjson
+
+        from ikdata.core.digest import bytes_digest
+
+        present = [(p["name"], p["digest"]) for p in processors_of(processors, declared(config))]
+        key = bytes_digest(orjson.dumps([declared(config), present], option=orjson.OPT_SORT_KEYS))[-12:]
+        with self.lock:
+            index = self.calls.get(key, 0)
+            self.calls[key] = index + 1
+        return index, f"settings-{key}.call{index}.pid{os.getpid()}"
+
+    def asked_steps(self) -> Any:
+        req = self.cap.tracker.current_request()
+        return req.steps if req is not None and req.steps is not None else self.cap.config.steps
+
+    def keeps_call(self, index: int) -> bool:
+        return (self.cap.config.per_step or self.asked_steps() is not None) or _spread(index, FULL_CALLS)
+
+    def step_wanted(self) -> Any:
+        """The test a call's recorder asks at each step, before copying its logits."""
+        steps = self.asked_steps()
+        if steps is not None:
+            chosen = frozenset(steps)
+            return chosen.__contains__
+        if self.cap.config.per_step:
+            return lambda index: True
+        return lambda index: _spread(index, FULL_STEPS)
+
+
+def _selection_of(cap: Any) -> _Selection:
+    found = getattr(cap, "_ikdata_sampler_selection", None)
+    if found is None or found.cap is not cap:
+        found = _Selection(cap)
+        cap._ikdata_sampler_selection = found
+    return found
 
 
 def _patch(cap: Any, module: Any) -> None:
@@ -252,12 +328,19 @@ def _patch(cap: Any, module: Any) -> None:
                 *args: Any, **kwargs: Any) -> Any:
         if not cap.enabled or cap.tracker.current_request() is None or _ASSISTED.get() is not None:
             return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
-        recorder = _Recorder(logits_processor, generation_config)
+        selection = _selection_of(cap)
+        try:
+            call, variant = selection.call(generation_config, logits_processor)
+        except Exception:  # noqa: BLE001  the recorder names what it cannot read, as lost, when the call ends
+            call, variant = 0, None
+        if not selection.keeps_call(call):  # a call the spread leaves out: run as without capture, nothing copied
+            return original(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+        recorder = _Recorder(logits_processor, generation_config, wanted=selection.step_wanted())
         out = original(self, input_ids, recorder, stopping_criteria, generation_config, *args, **kwargs)
         sequences = out if hasattr(out, "shape") else getattr(out, "sequences", None)
         if sequences is not None:
             try:
-                _record_call(cap, recorder, sequences, generation_config, kwargs.get("attention_mask"))
+                _record_call(cap, recorder, sequences, generation_config, kwargs.get("attention_mask"), variant)
             except Exception as exc:  # noqa: BLE001  a failing capture must not break generate
                 cap._fail(TEMPLATE, RuntimeError(f"sampling not captured: {exc}"), lost=True)
         return out
