@@ -19,17 +19,19 @@ looked at it and no definition describes that form.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 # Why a call was not recorded: the reasons capture itself gives (a hook may name others; the schema takes any).
 REASONS = ("no definition", "selection rule", "budget", "dtype", "copy failed", "not selected", "step",
            "disabled", "write failed")
 NO_DEFINITION = "no definition"
+COMPILED = "compiled"  # a compiled region's calls: the ops inside are counted where taps or the dispatcher see them
 EXPLAINED = {  # a reason in words, after a count of calls
     "no definition": "had no definition that describes them",
     "selection rule": "repeated a call already recorded (one per definition, request, step and shape)",
@@ -40,9 +42,12 @@ EXPLAINED = {  # a reason in words, after a count of calls
     "step": "ran outside the steps asked for (--steps)",
     "disabled": "came after capture of their definition stopped on a failure",
     "write failed": "could not be written",
+    "compiled": "ran as compiled regions (torch.compile); the ops inside are named where capture saw them",
 }
 STATE_FILE = "census.jsonl"  # in a run's state folder: one line per process, read by ikdata capture
 DATASET_DIR = "census"  # in the dataset: census/<run>.jsonl
+
+_ARGV_KEPT = (16, 256)  # a process's argv kept in a summary: at most 16 arguments of 256 characters each
 
 _LOCK = threading.Lock()
 _SEEN: dict[str, int] = {}
@@ -203,29 +208,69 @@ def write(state_dir: str | None, into: str | None, run: str | None = None) -> Pa
 
 
 def read(root: str | os.PathLike) -> tuple[list[dict[str, Any]], list[Any]]:
-    """Every census record of a dataset (``census/*.jsonl``), each checked against its schema.
+    """Every census record of a dataset (``census/<run>.jsonl``), each checked against its schema, as lists.
 
-    Returns the valid records and the problems (malformed or torn lines, schema violations), each naming
-    the file, line and JSON pointer. A dataset without ``census/`` has neither.
+    Returns the valid records and the problems (malformed, torn or overlong lines, schema violations, files
+    misnamed), each naming the file, line and JSON pointer. A dataset without ``census/`` has neither. For a
+    large census use :func:`records` (streamed) and :func:`summarise` on it.
     """
-    from ikdata.core import jsonl, schema
-
-    folder = Path(root) / DATASET_DIR
-    records: list[dict[str, Any]] = []
     problems: list[Any] = []
+    return list(records(root, problems)), problems
+
+
+def records(root: str | os.PathLike, problems: list[Any], *, runs: Iterable[str] | None = None) -> Iterator[dict]:
+    """The census records of a dataset, streamed one at a time (memory bounded by the longest line, itself
+    capped: :data:`ikdata.core.record_checks.MAX_LINE_BYTES`); problems are appended to ``problems``.
+
+    Without ``runs``: every file of the census (a file misnamed, in a subfolder or with a name that is not a
+    run's, is a problem and is not read). With ``runs``: only ``census/<run>.jsonl`` of each run named, and in
+    it only the records of that run: a file speaks for its own run, never for another, and nothing else
+    (no process id or host) decides which records are a run's.
+    """
+    from ikdata.core.paths import PathResolver
+    from ikdata.core.record_checks import checked_records, pattern_problem
+    from ikdata.core.record_kinds import RUN_NAME  # a run's name, as census/<run>.jsonl and capture_run give it
+
+    root = Path(root)
+    folder = root / DATASET_DIR
     if not folder.is_dir():
-        return records, problems
-    for path in sorted(folder.rglob("*.jsonl")):
-        display = path.relative_to(root).as_posix()
-        content = jsonl.read(path, display=display, dataset=root)
-        problems += content.problems
-        for line, rec in content.records:
-            found = schema.check("census", rec, path=display, line=line)
-            if found:
-                problems += found
-            else:
-                records.append(rec)
-    return records, problems
+        return
+    resolver = PathResolver(root)
+    if runs is None:
+        chosen = [(path, None) for path in sorted(folder.rglob("*.jsonl"))]
+    else:
+        named = sorted({r for r in runs if isinstance(r, str) and re.fullmatch(RUN_NAME, r)})
+        chosen = [(folder / f"{run}.jsonl", run) for run in named]
+    for path, run in chosen:
+        relative = path.relative_to(root).as_posix()
+        misnamed = pattern_problem(relative)
+        if misnamed is not None:
+            problems.append(misnamed)
+            continue
+        if run is not None and not os.path.lexists(path):
+            continue
+        refusal = resolver.record_file_refusal(path)  # a link out of the dataset, a FIFO: never read
+        if refusal is not None:
+            problems.append(refusal.problem())
+            continue
+        for _, rec in checked_records("census", path, problems, display=relative, dataset=root):
+            if run is None or rec.get("run") == run:
+                yield rec
+
+
+def of_runs(root: str | os.PathLike, runs: Iterable[str]) -> tuple[Summary, tuple[str, ...]]:
+    """The census of the named capture runs merged (streamed: bounded memory whatever the census's size), and
+    the runs that have records kept. Problems are left to validate."""
+    runs = tuple(runs)
+    found: set[str] = set()
+
+    def taken() -> Iterator[dict]:
+        for rec in records(root, [], runs=runs):
+            found.add(rec["run"])
+            yield rec
+
+    summary = summarise(taken())
+    return summary, tuple(sorted(found))
 
 
 # -- merging the processes' records (ikdata capture) ----------------------------------------------------------
@@ -312,13 +357,16 @@ class Summary:
 
 
 def summarise(records: Iterable[dict[str, Any]]) -> Summary:
-    """Merge census records (one per process) into a :class:`Summary`."""
+    """Merge census records (one per process) into a :class:`Summary`, one record at a time: ``records`` may be
+    a stream (:func:`records`); what is kept grows with the ops and definitions seen, never with the lines read
+    (a process with capture off keeps its first arguments only)."""
     merged: dict[str, dict[str, Any]] = {}
     off, adapters, count = [], [], 0
     for rec in records:
         count += 1
         if rec.get("torch") and not rec.get("enabled"):
-            off.append((rec.get("pid", 0), rec.get("host", ""), tuple(rec.get("argv") or ()),
+            argv = tuple(str(a)[:_ARGV_KEPT[1]] for a in (rec.get("argv") or ())[:_ARGV_KEPT[0]])
+            off.append((rec.get("pid", 0), rec.get("host", ""), argv,
                         rec.get("reason") or "no reason given"))
         adapters += [(rec.get("pid", 0), a["module"], a["error"]) for a in rec.get("adapters", []) if a.get("error")]
         for data in rec.get("ops", []):
@@ -337,4 +385,4 @@ def summarise(records: Iterable[dict[str, Any]]) -> Summary:
 
 
 __all__ = ["REASONS", "NO_DEFINITION", "OpCount", "Summary", "adapter_failed", "adapter_installed", "enabled",
-           "not_enabled", "ops", "read", "record", "recorded", "reset", "seen", "skipped", "summarise", "write"]
+           "not_enabled", "of_runs", "ops", "read", "record", "records", "recorded", "reset", "seen", "skipped", "summarise", "write"]

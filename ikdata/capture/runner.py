@@ -31,6 +31,7 @@ import orjson
 from ikdata.capture import census
 from ikdata.capture.config import ENV, CaptureConfig
 from ikdata.core.errors import FileSystemError, UsageError
+from ikdata.core.record_kinds import RUN_FIELD
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,9 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
     run = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(4).hex()
     state = tempfile.mkdtemp(prefix="ikdata-capture-")
     try:
-        config = replace(config, state_dir=state, into=str(root.resolve()))
+        # every receipt names its run, so the census shown beside a workload is its own run's (RUN_FIELD)
+        config = replace(config, state_dir=state, into=str(root.resolve()),
+                         provenance={**config.provenance, RUN_FIELD: run})
         before = row_counts(root)
         env = dict(os.environ, **{ENV: config.to_env()})
         try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from ikdata.cli import _output as out
@@ -65,55 +64,17 @@ def show(ds, key: str, o: out.Output) -> int:
     return 1 if ds.problems else 0
 
 
-@dataclass(frozen=True)
-class ShownCensus:
-    """The census ``show`` prints beside a workload.
+def census_beside(root: str | os.PathLike, document: dict[str, Any]):
+    """The capture census ``show`` prints beside a workload: :func:`ikdata.ops.inspect.census_beside` (the runs
+    its receipts name, never a process id and host)."""
+    from ikdata.ops.inspect import census_beside as of_its_run
 
-    Attributes:
-        runs: the capture runs it covers (those that captured the workload, else every run kept).
-        summary: those runs' records merged (:class:`ikdata.capture.census.Summary`).
-        matched: whether a receipt of the workload named a process of those runs.
-    """
-
-    runs: tuple[str, ...]
-    summary: Any
-    matched: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {"runs": list(self.runs), "matched": self.matched, **self.summary.to_json()}
-
-    def lines(self) -> list[str]:
-        """The census in words, headed by the runs it covers."""
-        which = "the run that captured it" if self.matched else "every capture run kept"
-        head = f"census of {which}" + (f" ({', '.join(self.runs)})" if self.runs else "") + ":"
-        return [head, *(f"  {line}" for line in self.summary.lines())]
-
-
-def census_beside(root: str | os.PathLike, document: dict[str, Any]) -> ShownCensus | None:
-    """The capture census to show beside one workload (``document``: :func:`ikdata.ops.inspect.describe_workload`):
-    of the run(s) whose processes captured it, as its receipts name them (process id and host), else of every
-    run kept; None when the dataset keeps no readable census record (unreadable lines are left to validate). A
-    dataset without census records loads nothing of capture."""
-    from ikdata.core.record_kinds import KINDS
-
-    place = next((kind.top for kind in KINDS if kind.schema == "census"), None)
-    if place is None or not os.path.isdir(os.path.join(root, place)):
-        return None
-    from ikdata.capture import census
-
-    records, _ = census.read(root)
-    if not records:
-        return None
-    captured_by = {(r.get("process_id"), r.get("host")) for r in document.get("receipts") or ()}
-    runs = {r.get("run") for r in records if (r.get("pid"), r.get("host")) in captured_by}
-    chosen = [r for r in records if r.get("run") in runs] if runs else records
-    named = tuple(sorted({str(r["run"]) for r in chosen if r.get("run")}))
-    return ShownCensus(named, census.summarise(chosen), bool(runs))
+    return of_its_run(root, document)
 
 
 def _print_workload(document: dict, census=None) -> None:
     """One workload for a person: its row, inputs as dtype, shape and blob, each receipt's facts, then the
-    capture census (``census``: :class:`ShownCensus`) when there is one."""
+    capture census (``census``: :class:`ikdata.ops.inspect.ShownCensus`) when there is one."""
     from ikdata.cli._records import descriptor_text, fact_lines, value_text
 
     row = document["row"]

@@ -170,20 +170,28 @@ def read(path: str | os.PathLike, *, display: str | None = None,
     return content
 
 
+def _too_long(display: str, line: int, max_line: int) -> Problem:
+    return Problem(display, f"line longer than {max_line:,} bytes, the most a line of this file may hold; "
+                   "skipped unread (not written by ikdata)", line, code="line-too-long")
+
+
 def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: str | None = None,
-                 dataset: str | os.PathLike | None = None) -> Iterator[tuple[int, Any]]:
+                 dataset: str | os.PathLike | None = None, max_line: int | None = None) -> Iterator[tuple[int, Any]]:
     """Yield (line, record) one at a time, appending bad lines to ``problems``, as ``read`` reports them.
 
     For one pass over a large file (stats, validate, gc): the file is read in blocks of
     :data:`READ_BLOCK` bytes, so memory stays flat whatever its size. The size is taken under a
     shared lock; appends land after it as whole lines, so the bytes up to it are what a locked
     read of the whole file would see, and appenders are not held up while the caller works.
+    ``max_line``: a line longer than this many bytes is a problem, skipped without being held whole or
+    parsed (memory stays bounded by it even for a file of one endless line).
     """
     display = display or str(path)
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     number = 0
     carry = b""
+    skipping = False  # inside a line already longer than max_line: drop bytes up to its end
     with open(open_regular(path), "rb") as stream:
         fcntl.flock(stream.fileno(), fcntl.LOCK_SH)
         try:
@@ -195,6 +203,13 @@ def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: s
             if not block:
                 break  # cut short by a truncation since: what was read is what there is
             left -= len(block)
+            if skipping:
+                end = block.find(b"\n")
+                if end < 0:
+                    continue
+                number += 1
+                problems.append(_too_long(display, number, max_line or 0))
+                skipping, block = False, block[end + 1:]
             data = carry + block if carry else block
             cut = data.rfind(b"\n") + 1
             carry = data[cut:]
@@ -203,13 +218,20 @@ def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: s
             del data, block
             for raw in lines:
                 number += 1
+                if max_line is not None and len(raw) > max_line:
+                    problems.append(_too_long(display, number, max_line))
+                    continue
                 try:
                     yield number, loads(raw)
                 except decode_error as exc:
                     if raw.strip():
                         problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object "
                                                 "per line", number, code="malformed-json"))
-    if carry:  # no newline at the end: a torn last line, never parsed
+            if max_line is not None and len(carry) > max_line:
+                skipping, carry = True, b""
+    if skipping:  # an overlong last line with no newline
+        problems.append(_too_long(display, number + 1, max_line or 0))
+    elif carry:  # no newline at the end: a torn last line, never parsed
         problems.append(_torn_line(display, number + 1, dataset))
 
 

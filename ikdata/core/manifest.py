@@ -24,7 +24,7 @@ import orjson
 from ikdata.core import schema
 from ikdata.core.digest import canonical_json, record_digest
 from ikdata.core.errors import ProblemsFound, RecordError
-from ikdata.core.paths import PathResolver, open_regular, special_kind
+from ikdata.core.paths import PathResolver, TooLarge, open_regular, read_capped, special_kind
 from ikdata.core.problems import Problem
 from ikdata.core.record_kinds import RECORD_FILES, RECORD_TOPS, kind_of
 from ikdata.core.store import BLOB_DIR, BlobStore, write_atomic
@@ -33,6 +33,9 @@ FORMAT = "ikdata/1"
 MANIFEST = "ikdata.json"
 TRACKED_TOP = RECORD_TOPS  # every record kind (ikdata.core.record_kinds), and nothing else
 TRACKED_FILES = RECORD_FILES
+# The most bytes a manifest may hold, checked before it is read: a manifest lists one digest per record file
+# (about 100 bytes each), so 64 MiB is half a million record files; one padded past it is refused unread.
+MAX_BYTES = 64 << 20
 
 
 def tracked_files(root: Path) -> list[str]:
@@ -180,13 +183,31 @@ def read(root: str | os.PathLike) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        manifest = orjson.loads(path.read_bytes())
+        manifest = orjson.loads(read_capped(path, MAX_BYTES, what="manifest", display=MANIFEST))
+    except TooLarge as exc:
+        raise RecordError(f"{exc.size:,} bytes, more than the {MAX_BYTES:,} a manifest may hold; refused unread "
+                          f"(rebuild it with 'ikdata manifest {shlex.quote(str(root))}')", path=MANIFEST) from exc
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc}", path=MANIFEST) from exc
     problems = schema.check("manifest", manifest, path=MANIFEST)
     if problems:
         raise RecordError("; ".join(f"{p.pointer} {p.message}" for p in problems), path=MANIFEST)
     return manifest
+
+
+def read_parent(source: object) -> dict[str, Any] | None:
+    """The manifest of a local folder a parent record names (``parents[].source``), or None when there is no
+    readable one there: not a folder, no manifest, larger than :data:`MAX_BYTES` (refused before a byte is read),
+    not JSON or off its schema. A parent's folder is only a hint (lineage follows it when it still holds the id),
+    so what cannot be read there makes the parent a leaf, never an error of the dataset that names it."""
+    if not isinstance(source, str) or not source or "\0" in source:
+        return None
+    try:
+        if not Path(source).is_dir():
+            return None
+        return read(source)
+    except (RecordError, OSError, ValueError):
+        return None
 
 
 def write(root: str | os.PathLike, *, name: str | None = None, description: str | None = None,

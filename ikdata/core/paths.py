@@ -100,6 +100,43 @@ def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 
     return fd
 
 
+class TooLarge(RecordError):
+    """A file larger than the cap its reader sets: refused before a byte of it is read."""
+
+    def __init__(self, display: str, size: int, cap: int, what: str) -> None:
+        super().__init__(f"{size:,} bytes, more than the {cap:,} a {what} may hold; refused unread",
+                         path=display)
+        self.display, self.size, self.cap = display, size, cap
+
+    def problem(self) -> Problem:
+        return Problem(self.display, f"{self.size:,} bytes, more than the {self.cap:,} a file of its kind may hold; "
+                       "refused unread (not written by ikdata: remove it or replace it with the real file)",
+                       code="too-large")
+
+
+def read_capped(path: str | os.PathLike, cap: int, *, what: str = "record file",
+                display: str | None = None) -> bytes:
+    """The bytes of a regular file no larger than ``cap``: the one whole-file read of a record file.
+
+    The size is taken with ``fstat`` on the open descriptor before any read, and at most ``cap + 1`` bytes are
+    read (a file that grows meanwhile is refused too), so a 1 GiB manifest costs nothing but the refusal.
+
+    Raises:
+        TooLarge: the file holds more than ``cap`` bytes (a located :class:`RecordError`).
+        FileSystemError: a FIFO, a device or a socket (refused before any read).
+        OSError: the open or the read failed.
+    """
+    fd = open_regular(path)
+    with open(fd, "rb") as stream:
+        size = os.fstat(fd).st_size
+        if size > cap:
+            raise TooLarge(display or os.fspath(path), size, cap, what)
+        data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise TooLarge(display or os.fspath(path), len(data), cap, what)
+    return data
+
+
 def text_refusal(relative: object) -> UnsafePath | None:
     """The refusal of a path by its text alone (absolute, backslash, '..', not normalised), or None."""
     if not isinstance(relative, str) or not relative:
@@ -263,5 +300,5 @@ def resolve(root: str | os.PathLike, relative: object, *, where: str | None = No
     return PathResolver(root).resolve(relative, where=where)
 
 
-__all__ = ["PathResolver", "RECORD_FILES", "RECORD_TOPS", "UNSAFE", "UnsafePath", "check_text",
-           "not_regular", "open_regular", "record_path_refusal", "resolve", "special_kind", "text_refusal"]
+__all__ = ["PathResolver", "RECORD_FILES", "RECORD_TOPS", "TooLarge", "UNSAFE", "UnsafePath", "check_text",
+           "not_regular", "open_regular", "read_capped", "record_path_refusal", "resolve", "special_kind", "text_refusal"]

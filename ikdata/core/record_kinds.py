@@ -13,6 +13,11 @@ from ikdata.core import features
 from ikdata.core.features import RecordKind
 
 
+# A capture run's name, as its census file names it (census/<run>.jsonl) and its receipts do (capture_run):
+# letters, digits, '.', '_' and '-', never a folder, a control character or an escape.
+RUN_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+RUN_FIELD = "capture_run"  # the receipt field naming the capture run that made its workload
+
 KINDS: tuple[RecordKind, ...] = (
     RecordKind("definitions", "definitions", ".json", "definition", imported="create"),
     RecordKind("workload rows", "workloads", ".jsonl", "workload", imported="append"),
@@ -20,8 +25,8 @@ KINDS: tuple[RecordKind, ...] = (
     RecordKind("receipts' shared validations", "reports/shared", ".json", "validation", imported="create",
                pattern=r"reports/shared/[0-9a-f]{64}\.json"),
     RecordKind("replay reports", "reports", ".json", "report"),
-    RecordKind("report journals", "reports", ".jsonl", None),
-    RecordKind("capture census", "census", ".jsonl", "census", imported="create"),
+    RecordKind("capture census", "census", ".jsonl", "census", imported="create",
+               pattern=rf"census/{RUN_NAME}\.jsonl"),
 ) + features.kinds()  # and every kind a feature package declares (diffusion's trajectories and model records)
 
 RECORD_TOPS: tuple[str, ...] = tuple(dict.fromkeys(k.top.split("/")[0] for k in KINDS if k.folder))
@@ -39,4 +44,4 @@ def describe() -> str:
     return f"{' or '.join(RECORD_FILES)} or a .json/.jsonl file under {folders}"
 
 
-__all__ = ["KINDS", "RECORD_FILES", "RECORD_TOPS", "RecordKind", "describe", "kind_of"]
+__all__ = ["KINDS", "RECORD_FILES", "RECORD_TOPS", "RUN_FIELD", "RUN_NAME", "RecordKind", "describe", "kind_of"]

@@ -368,7 +368,7 @@ def plan_import(src: str | os.PathLike, dst: str | os.PathLike, *, only_passed: 
         plan.carried = plan_carried(Path(source.root), dst, set(plan.added) | set(plan.skipped) | dst_uuids)
         if plan.carried.problems:
             raise ProblemsFound(plan.carried.problems, f"{source.named}: cannot import, SRC has "
-                                f"{len(plan.carried.problems)} problem(s) in its trajectories")
+                                f"{len(plan.carried.problems)} problem(s) in the records it carries")
         plan.conflicts += plan.carried.conflicts
         plan.left_out += [LeftOut(*entry) for entry in plan.carried.left_out]
     _plan_blobs(plan, dst, progress)

@@ -1,7 +1,10 @@
-"""Describing one workload: its row, receipts and blob headers, for ``ikdata show``."""
+"""Describing one workload: its row, receipts and blob headers, and the census of the run that made it, for
+``ikdata show``."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from ikdata.core.dataset import Dataset
@@ -45,3 +48,49 @@ def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
         inputs[name] = entry
     receipts = [r.to_dict() for r in (indexed[1] if indexed is not None else ds.receipts()) if r.uuid == row.uuid]
     return {"source": f"{row.source}:{row.line}", "row": row.to_dict(), "inputs": inputs, "receipts": receipts}
+
+
+@dataclass(frozen=True)
+class ShownCensus:
+    """The census ``show`` prints beside a workload: that of the capture runs its receipts name, nothing else.
+
+    Attributes:
+        runs: the capture runs it covers (named by the workload's receipts, ``capture_run``, with records kept).
+        summary: those runs' records merged (:class:`ikdata.capture.census.Summary`).
+        matched: always True: a census is shown only for the run that made the workload (kept for the JSON).
+    """
+
+    runs: tuple[str, ...]
+    summary: Any
+    matched: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": list(self.runs), "matched": self.matched, **self.summary.to_json()}
+
+    def lines(self) -> list[str]:
+        """The census in words, headed by the runs it covers."""
+        head = f"census of the run that captured it ({', '.join(self.runs)}):"
+        return [head, *(f"  {line}" for line in self.summary.lines())]
+
+
+def census_beside(root: str | os.PathLike, document: dict[str, Any]) -> ShownCensus | None:
+    """The capture census to show beside one workload (``document``: :func:`describe_workload`): the records of
+    the capture runs its receipts name (``capture_run``), each read from that run's own file
+    (``census/<run>.jsonl``) and only the records of that run in it, streamed. None when no receipt names a run
+    or the dataset keeps none of its records (unreadable lines are left to validate).
+
+    A process id and a host never choose a census: both repeat across machines and runs, and a census carried in
+    from another dataset may name them, so it could speak for this dataset's workloads. A dataset without census
+    records loads nothing of capture."""
+    from ikdata.core.record_kinds import KINDS, RUN_FIELD
+
+    place = next((kind.top for kind in KINDS if kind.schema == "census"), None)
+    if place is None or not os.path.isdir(os.path.join(root, place)):
+        return None
+    runs = {r.get(RUN_FIELD) for r in document.get("receipts") or () if isinstance(r.get(RUN_FIELD), str)}
+    if not runs:
+        return None
+    from ikdata.capture import census
+
+    summary, kept = census.of_runs(root, runs)
+    return ShownCensus(kept, summary) if kept else None

@@ -310,8 +310,7 @@ def graph(path: str | os.PathLike) -> Graph:
                                      origin.to_dict() if origin is not None else None)
         for parent in parents:
             source = parent.get("source")
-            found = manifest.read(source) if source and Path(source).is_dir() and \
-                (Path(source) / manifest.MANIFEST).is_file() else None
+            found = manifest.read_parent(source)  # capped before reading; unreadable: a leaf
             if found is not None and manifest.dataset_id(found) == parent["id"]:
                 stack.append((parent["id"], found, source))
             elif parent["id"] not in result.nodes:

@@ -344,7 +344,7 @@ def schema_checked_kinds() -> tuple[RecordKind, ...]:
 def _schema_problems(ds: Dataset) -> list[Problem]:
     """Every torn or malformed line, and every record off its schema, in the files of :func:`schema_checked_kinds`
     (files the path rule refuses are named, never read)."""
-    from ikdata.core.record_checks import check_file
+    from ikdata.core.record_checks import check_file, pattern_problem
 
     problems: list[Problem] = []
     for kind in schema_checked_kinds():
@@ -357,6 +357,10 @@ def _schema_problems(ds: Dataset) -> list[Problem]:
         else:
             continue
         for path in files:
+            misnamed = pattern_problem(ds.rel(path))  # census/sub/x.jsonl: named, never read (import refuses it)
+            if misnamed is not None:
+                problems.append(misnamed)
+                continue
             problems += check_file(kind.schema, path, display=ds.rel(path), dataset=ds.root,
                                    lines=kind.suffix == ".jsonl")
     return problems
