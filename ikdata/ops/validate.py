@@ -414,7 +414,9 @@ def _check_reports(ds: Dataset, problems: list[Problem]) -> None:
             problems.append(Problem(display, f"format {found!r} is not a replay report ikdata reads; expected "
                                     f"{REPORT_FORMAT!r}", pointer="/format", code="bad-report"))
             continue
-        problems += schema.check("report", report, path=display)
+        from ikdata.core.cases import bound_problems  # the one report reader's bounds: depth, unknown fields
+
+        problems += bound_problems(report, path=display) or schema.check("report", report, path=display)
 
 
 def _missing_manifest(ds: Dataset) -> Problem:
