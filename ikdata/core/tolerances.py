@@ -18,6 +18,18 @@ Why these numbers:
 - ``float64``: torch.testing's defaults (rtol 1e-7, atol 1e-7).
 - Integers and bools are exact; so is ``float8_e8m0fnu`` (FlashInfer's MX block scales): a power of two,
   so two values agree or differ by a factor of two at least.
+
+The systematic-error test (:data:`SYSTEMATIC`, docs/replay.md "The systematic-error test") judges every
+float output beside the per-element tolerance and never instead of it. Honest rounding is unbiased and
+uncorrelated across elements; a wrong scale, a dropped term or a wrong constant is not. The engine's
+output is regressed on the reference's (``engine = (1 + scale) * reference + offset``); the standard errors
+come from a jackknife over contiguous blocks of elements (so errors correlated within a row count once).
+A coefficient fails when it is both significant (more than ``t`` standard errors) and larger than one
+unit roundoff of the dtype (:data:`UNIT_ROUNDOFF`: the most a single rounding, in any direction, can bias
+a value), so an honest kernel that rounds once, anyhow, passes and a 1% scale error in bf16 (2.6 unit
+roundoffs) fails on outputs of any magnitude. The relative RMS error must also stay within the rule's
+``rtol`` (the bound each element meets away from zero), so outputs small enough that ``atol`` dominates
+are judged relative to their size. Outputs under ``min_elements`` finite elements are judged per element only.
 """
 
 from __future__ import annotations
@@ -35,6 +47,21 @@ DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     "float8_e4m3fn": {"rtol": 0.25, "atol": 0.015625},
     "float8_e5m2": {"rtol": 0.5, "atol": 2.0 ** -14},
 }
+
+# Half the machine epsilon: the largest relative error of one rounding to the dtype (round to nearest).
+UNIT_ROUNDOFF: dict[str, float] = {
+    "float64": 2.0 ** -53,
+    "float32": 2.0 ** -24,
+    "float16": 2.0 ** -11,
+    "bfloat16": 2.0 ** -8,
+    "float8_e4m3fn": 2.0 ** -4,
+    "float8_e5m2": 2.0 ** -3,
+}
+
+# The systematic-error test's settings (calibrated by tools/judge_calibration.py; docs/replay.md).
+# t: standard errors a coefficient must exceed (jackknife over ``blocks`` contiguous blocks: 31 degrees of
+# freedom; P(|t| > 6) is about 1e-6 for honest noise); min_elements: below it the test is not applied.
+SYSTEMATIC: dict[str, float] = {"t": 6.0, "blocks": 32, "min_elements": 256}
 
 EXACT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e8m0fnu")
 
@@ -74,7 +101,67 @@ def table() -> dict[str, Any]:
     found["bool"] = EXACT
     for name, bounds in JUDGE_BOUNDS.items():
         found[name] = {**bounds, "reason": JUDGE_REASONS[name]}
+    found["systematic"] = {**SYSTEMATIC, "floor": dict(UNIT_ROUNDOFF), "relative_rms": "rtol"}
     return found
+
+
+def unit_roundoff(dtype: str) -> float | None:
+    """The unit roundoff of a float dtype (:data:`UNIT_ROUNDOFF`), None for others."""
+    return UNIT_ROUNDOFF.get(dtype_name(dtype))
+
+
+# The metrics the systematic-error test records per output (docs/replay.md).
+SYSTEMATIC_METRICS = ("scale_error", "scale_error_t", "offset_error", "offset_error_t", "systematic_floor",
+                      "systematic_t_bound", "detectable_scale_error", "relative_rms_bound")
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}.get(value) \
+            if isinstance(value, str) else None
+    return float(value)
+
+
+def systematic_failures(dtype: str, metrics: Mapping[str, Any], rtol: float) -> list[str]:
+    """Why an output's recorded systematic-error metrics fail the test, [] when they pass or are absent.
+
+    torch-free, so import's re-check recomputes the verdict from a report. Bounds recorded looser than
+    the defaults (``systematic_t_bound`` above :data:`SYSTEMATIC`'s t, a floor above the dtype's unit
+    roundoff, a relative RMS bound above ``rtol``) are reasons too.
+
+    Example:
+        >>> systematic_failures("bfloat16", {"scale_error": 0.01, "scale_error_t": 40.0}, 0.016)
+        ['scale error +1% (engine vs reference; 40 standard errors; bound 0.391% and 6 standard errors)']
+    """
+    reasons: list[str] = []
+    floor = unit_roundoff(dtype)
+    if floor is None or "scale_error" not in metrics:
+        return reasons
+    t_bound = SYSTEMATIC["t"]
+    recorded_t, recorded_floor = _as_float(metrics.get("systematic_t_bound")), _as_float(metrics.get("systematic_floor"))
+    if recorded_t is not None and recorded_t > t_bound:
+        reasons.append(f"systematic_t_bound {recorded_t:g} is looser than the default {t_bound:g}")
+    if recorded_floor is not None and recorded_floor > floor:
+        reasons.append(f"systematic_floor {recorded_floor:g} is looser than {dtype}'s unit roundoff {floor:g}")
+    for name, what in (("scale_error", "scale error {} (engine vs reference"),
+                       ("offset_error", "offset error {} of the reference's RMS (")):
+        value, t = _as_float(metrics.get(name)), _as_float(metrics.get(f"{name}_t"))
+        if value is None or t is None:
+            continue
+        if not (abs(value) <= floor or abs(t) <= t_bound):
+            reasons.append(what.format(_percent(value)) + f"{'; ' if name == 'scale_error' else ''}{abs(t):.3g} "
+                           f"standard errors; bound {_percent(floor).lstrip('+')} and {t_bound:g} standard errors)")
+    rms, rms_bound = _as_float(metrics.get("relative_rms")), _as_float(metrics.get("relative_rms_bound"))
+    if rms_bound is not None and rms_bound > rtol:
+        reasons.append(f"relative_rms_bound {rms_bound:g} is looser than rtol {rtol:g}")
+    if rms_bound is not None and rms is not None and not rms <= min(rms_bound, rtol):
+        reasons.append(f"relative RMS error {rms:.3g} > {min(rms_bound, rtol):g} (rtol: the dtype's expected "
+                       "rounding, judged over the whole output)")
+    return reasons
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:+.3g}%" if value != 0 and abs(value) >= 1e-5 else f"{value:+.3g}"
 
 
 @dataclass(frozen=True)
@@ -144,4 +231,5 @@ def seed_judge_for(definition_name: str, dtype: str) -> JudgeSpec | None:
 
 
 __all__ = ["DEFAULT_TOLERANCES", "EXACT", "EXACT_DTYPES", "JUDGE_BOUNDS", "JudgeSpec", "SEED_GDN_JUDGE", "SEED_GDN_PREFIX",
-           "Tolerance", "dtype_name", "is_exact", "judge_for", "seed_judge_for", "table", "tolerance_for"]
+           "SYSTEMATIC", "SYSTEMATIC_METRICS", "Tolerance", "UNIT_ROUNDOFF", "dtype_name", "is_exact", "judge_for",
+           "seed_judge_for", "systematic_failures", "table", "tolerance_for", "unit_roundoff"]

@@ -20,6 +20,15 @@ Every output records the same metrics, whatever judged it:
 - ``mismatched_fraction``: the fraction of elements outside the rule (for a judge: outside the default tolerance);
 - ``max_error_ratio``: max ``|a - e| / (atol + rtol * |e|)``, <= 1 exactly when every element is within the tolerance.
 
+Beside the elementwise rule, every float output judged by a tolerance gets the systematic-error test
+(:data:`ikdata.core.tolerances.SYSTEMATIC`; docs/replay.md): the engine's output regressed on the
+reference's, ``engine = (1 + scale_error) * reference + offset_error * rms(reference)``, each coefficient
+with its jackknife standard error over contiguous blocks, and the relative RMS error against ``rtol``. It
+records ``scale_error``, ``scale_error_t``, ``offset_error``, ``offset_error_t`` (t: the coefficient in
+standard errors), ``systematic_floor`` (the dtype's unit roundoff), ``systematic_t_bound``,
+``relative_rms_bound`` and ``detectable_scale_error`` (the smallest scale error this output would fail).
+It adds reasons to a verdict; it never passes an output the elementwise rule fails.
+
 Non-finite metric values are written to JSON as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
 """
 
@@ -33,7 +42,8 @@ import torch
 
 from ikdata.core import judge_registry, tolerances
 from ikdata.core.errors import DefinitionError
-from ikdata.core.tolerances import DEFAULT_TOLERANCES, JudgeSpec, Tolerance, dtype_name, is_exact
+from ikdata.core.tolerances import (DEFAULT_TOLERANCES, SYSTEMATIC, JudgeSpec, Tolerance, dtype_name, is_exact,
+                                    systematic_failures, unit_roundoff)
 
 if TYPE_CHECKING:
     from ikdata.core.definitions import Definition
@@ -152,6 +162,91 @@ def _finite_metrics(a: torch.Tensor, e: torch.Tensor, actual: torch.Tensor, expe
     return {"max_abs_error": max_abs, "max_rel_error": max_rel, "relative_rms": diff_norm / max(e_norm, _TINY),
             "cosine_similarity": cosine, "mismatched_fraction": count / a.numel(),
             "max_error_ratio": worst}, int(count)
+
+
+# -- the systematic-error test ----------------------------------------------------------------------
+
+def _fit(sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, offset) of ``d = offset + scale * r`` by least squares, from the sums [n, Σr, Σr², Σd, Σrd]
+    (the last axis; any leading axes are fits of their own)."""
+    n, sr, srr, sd, srd = sums.unbind(-1)
+    sxx = srr - sr * sr / n
+    sxy = srd - sr * sd / n
+    degenerate = sxx <= 1e-9 * srr  # a constant reference: the offset and the scale are one; fit the scale alone
+    through_origin = srd / srr.clamp_min(1e-300)
+    scale = torch.where(degenerate, through_origin, sxy / sxx.where(~degenerate, torch.ones_like(sxx)))
+    offset = torch.where(degenerate, torch.zeros_like(sd), (sd - scale * sr) / n)
+    return scale, offset
+
+
+def systematic_metrics(reference: torch.Tensor, engine: torch.Tensor) -> dict[str, float] | None:
+    """The systematic error of ``engine`` against ``reference`` (same shape): the regression
+    ``engine - reference = offset + scale * reference`` over the finite pairs, and each coefficient's
+    jackknife standard error over :data:`SYSTEMATIC` ``blocks`` contiguous blocks of the flattened tensors.
+
+    Returns ``{"scale_error", "scale_error_t", "offset_error", "offset_error_t", "scale_error_se"}``
+    (the offset relative to the reference's RMS), or None when there are fewer than ``min_elements``
+    finite pairs or the reference is all zeros.
+
+    Example:
+        >>> r = torch.randn(4096, dtype=torch.float64)
+        >>> round(systematic_metrics(r, r * 1.01)["scale_error"], 6)
+        0.01
+    """
+    r, g = reference.double().flatten(), engine.double().flatten()
+    finite = r.isfinite() & g.isfinite()
+    if not bool(finite.all()):
+        r, g = r[finite], g[finite]
+    n, blocks = r.numel(), int(SYSTEMATIC["blocks"])
+    if n < SYSTEMATIC["min_elements"]:
+        return None
+    d = g - r
+    block = torch.arange(n, device=r.device) * blocks // n
+    columns = torch.stack([torch.ones_like(r), r, r * r, d, r * d], dim=1)
+    per_block = torch.zeros(blocks, 5, dtype=r.dtype, device=r.device).index_add_(0, block, columns)
+    total = per_block.sum(0)
+    if float(total[2]) == 0.0:
+        return None
+    scale, offset = _fit(total)
+    left_out_scale, left_out_offset = _fit(total - per_block)
+    factor = (blocks - 1) / blocks
+    se_scale = (factor * ((left_out_scale - left_out_scale.mean()) ** 2).sum()).sqrt()
+    se_offset = (factor * ((left_out_offset - left_out_offset.mean()) ** 2).sum()).sqrt()
+    rms = (total[2] / total[0]).sqrt()
+    found = torch.stack([scale, se_scale, offset / rms, se_offset / rms]).tolist()
+    scale_v, se_s, offset_v, se_o = found
+    return {"scale_error": scale_v, "scale_error_t": _t(scale_v, se_s), "offset_error": offset_v,
+            "offset_error_t": _t(offset_v, se_o), "scale_error_se": se_s}
+
+
+def _t(value: float, se: float) -> float:
+    if se > 0:
+        return value / se
+    return 0.0 if value == 0 else math.copysign(math.inf, value)
+
+
+def _systematic_verdict(name: str, rule: Tolerance, actual: torch.Tensor, expected: torch.Tensor,
+                        verdict: Verdict) -> Verdict:
+    """``verdict`` with the systematic-error test's metrics and, when it fails, its reasons added."""
+    floor = unit_roundoff(rule.dtype)
+    if floor is None or actual.numel() < SYSTEMATIC["min_elements"]:
+        return verdict
+    found = systematic_metrics(actual, expected)
+    if found is None:
+        return verdict
+    se = found.pop("scale_error_se")
+    found.update(systematic_floor=floor, systematic_t_bound=SYSTEMATIC["t"],
+                 detectable_scale_error=max(SYSTEMATIC["t"] * se, floor))
+    if rule.matched_ratio == 1:  # a matched ratio below 1 lets outliers in, which the RMS would count
+        found["relative_rms_bound"] = rule.rtol
+    metrics = {**verdict.metrics, **{k: json_float(v) for k, v in found.items()}}
+    failures = systematic_failures(rule.dtype, {**found, "relative_rms": verdict.metrics.get("relative_rms")},
+                                   rule.rtol)
+    if not failures:
+        return Verdict(verdict.passed, metrics, verdict.rule, verdict.reason)
+    what = (f"output {name!r}: systematic error ({rule.dtype}, smallest detectable scale error "
+            f"{found['detectable_scale_error']:.3g}): " + "; ".join(failures))
+    return Verdict(False, metrics, verdict.rule, f"{verdict.reason}; {what}" if verdict.reason else what)
 
 
 # -- metric judges -------------------------------------------------------------------------------
@@ -274,7 +369,8 @@ def judge_output(name: str, actual: Any, expected: torch.Tensor, rule: Tolerance
         a, e = actual.double(), expected.double()
         if exact or bool(a.isfinite().all() & e.isfinite().all()):
             metrics, mismatched = _finite_metrics(a, e, actual, expected, rule, exact)
-            return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched, record)
+            verdict = _elementwise_verdict(name, rule, exact, numel, metrics, mismatched, record)
+            return verdict if exact else _systematic_verdict(name, rule, a, e, verdict)
     comparison = _compare(actual, expected)
     if isinstance(rule, JudgeSpec):
         default = DEFAULT_TOLERANCES.get(rule.dtype)
@@ -287,7 +383,8 @@ def judge_output(name: str, actual: Any, expected: torch.Tensor, rule: Tolerance
         reason = f"output {name!r}: judge {rule.name!r}: " + ", ".join(over) if over else None
         return Verdict(not over, {k: json_float(v) for k, v in metrics.items()}, record, reason)
     metrics, mismatched = _base_metrics(comparison, rule, exact, actual, expected)
-    return _elementwise_verdict(name, rule, exact, numel, metrics, mismatched, record)
+    verdict = _elementwise_verdict(name, rule, exact, numel, metrics, mismatched, record)
+    return verdict if exact else _systematic_verdict(name, rule, comparison.a, comparison.e, verdict)
 
 
 def _elementwise_verdict(name: str, rule: Tolerance, exact: bool, numel: int, metrics: dict[str, float],
@@ -306,4 +403,4 @@ def _elementwise_verdict(name: str, rule: Tolerance, exact: bool, numel: int, me
 
 
 __all__ = ["DEFAULT_TOLERANCE", "DEFINITION_JUDGE", "DEFINITION_TOLERANCE", "METRIC_JUDGES", "SEED_RULE", "Selection",
-           "Verdict", "json_float", "judge_output", "select_rule"]
+           "Verdict", "json_float", "judge_output", "select_rule", "systematic_metrics"]
