@@ -51,7 +51,8 @@ class CaptureResult:
             in place; replay and import do not judge them).
         unstepped: definition -> calls left out by ``--steps`` because they ran outside any step.
         steps_seen: the most steps one request counted in one process (0: no step ran).
-        steps: the ``--steps`` asked for (None: all).
+        steps: the ``--steps`` asked for (None: the default selection, or ``--per-step``).
+        per_step: ``--per-step`` was given (each distinct call kept once per step).
         census: the run's census merged over its processes (:meth:`ikdata.capture.census.Summary.to_json`).
         census_lines: the census in words ("ran 1,204 calls of 37 ops; recorded 52 calls of 9 definitions", ...).
         why_nothing: why nothing was recorded, from the census (None: something was).
@@ -72,6 +73,7 @@ class CaptureResult:
     unstepped: dict[str, int] = field(default_factory=dict)
     steps_seen: int = 0
     steps: tuple[int, ...] | None = None
+    per_step: bool = False
     census: dict[str, Any] = field(default_factory=dict)
     census_lines: list[str] = field(default_factory=list)
     why_nothing: str | None = None
@@ -96,6 +98,27 @@ class CaptureResult:
     def lost_calls(self) -> list[str]:
         """What the program ran that could not be captured at all (a failure marked ``lost``), one line each."""
         return [f"{f['definition']}: {f['message']}" for f in self.failures if f.get("lost")]
+
+    def selection_lines(self) -> list[str]:
+        """What the selection kept, and how to ask for more (none when ``--steps`` chose the steps)."""
+        from ikdata.capture.selection import LOOKED_AT_FIRST, looked_at
+        from ikdata.sampling.capture import FULL_CALLS, FULL_STEPS, TEMPLATE
+
+        if self.steps is not None or not self.counts:
+            return []
+        if self.per_step:
+            return ["selection: --per-step: each distinct call kept once in every step it ran in"]
+        seen = self.steps_seen
+        where = (f"looked at {looked_at(seen)} of the {seen} steps of a request (0-{LOOKED_AT_FIRST - 1}, then every "
+                 "power of two)" if seen > LOOKED_AT_FIRST else f"in all {seen} step(s)" if seen else "")
+        lines = ["selection (default): each distinct call (definition, shapes, dtypes, settings; the request when "
+                 f"named) kept once per run{'; ' + where if where else ''}. More: --per-step keeps one per step, "
+                 "--steps 0,4,7 chosen steps, --max-per-definition N a cap"]
+        if any(name.startswith(TEMPLATE) for name in self.counts):
+            lines.append(f"selection (default), sampler: per generate() call its first {FULL_STEPS} steps, then "
+                         f"every power of two; of the calls with the same settings and processors the first "
+                         f"{FULL_CALLS}, then every power of two. More: --per-step (every step of every call)")
+        return lines
 
     def nothing_kept(self) -> tuple[str, bool] | None:
         """Why ``--steps`` kept nothing, and whether what was asked is impossible; None when something was kept.
@@ -227,6 +250,7 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
                              lost=sum(e.get("lost", 0) for e in events),
                              unverified=sum(e.get("unverified", 0) for e in events), unstepped=unstepped,
                              steps_seen=max((e.get("steps_seen", 0) for e in events), default=0), steps=config.steps,
+                             per_step=config.per_step,
                              census=summary.to_json(), census_lines=summary.lines(),
                              why_nothing=None if counts else _why_nothing(summary, config),
                              not_enabled=summary.to_json()["not_enabled"],

@@ -38,6 +38,8 @@ def capture(
     only: Annotated[Optional[list[str]], typer.Option(
         "--only", help="Capture only these op types, templates or definitions (comma-separated).")] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Steps to capture, e.g. 0,4,7 or 0-3.")] = None,
+    per_step: Annotated[bool, typer.Option(
+        "--per-step", help="Keep each distinct call once per step (default: once per run, from a spread of steps).")] = False,
     step_module: Annotated[Optional[str], typer.Option(
         "--step-module", help="Class name of the module whose forward calls count steps (default: any outermost module).")] = None,
     max_per_definition: Annotated[Optional[int], typer.Option(
@@ -65,7 +67,7 @@ def capture(
     provenance = {k: v for k, v in (("engine", engine), ("model", model), ("model_revision", model_revision)) if v}
     config = CaptureConfig(
         into=str(into), definitions=tuple(str(d) for d in definitions or ()), only=_split(only),
-        steps=parse_steps(steps) if steps is not None else None, step_module=step_module,
+        steps=parse_steps(steps) if steps is not None else None, per_step=per_step, step_module=step_module,
         max_per_definition=max_per_definition, max_bytes=parse_size(max_bytes) if max_bytes is not None else None,
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
         provenance=provenance, streams=_split(streams))
@@ -87,6 +89,8 @@ def capture(
     for stats, earlier in zip(family_stats, before):  # e.g. one line per diffusion pipeline call recorded
         for line in stats(into).since(earlier):
             o.info(line)
+    for line in result.selection_lines():  # what the default kept, and how to ask for more
+        o.info(line)
     for line in result.census_lines:  # what ran, what was recorded, why the rest was not
         o.info(f"census: {line}")
     total = sum(result.counts.values())
