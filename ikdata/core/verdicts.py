@@ -15,7 +15,7 @@ from ikdata.core import features
 from ikdata.core.cases import Case, Report
 from ikdata.core.status import Status
 from ikdata.core.tolerances import (DEFAULT_TOLERANCES, JUDGE_BOUNDS, dtype_name, is_exact, judge_for,
-                                      tolerance_for)
+                                      systematic_failures, tolerance_for)
 
 if TYPE_CHECKING:
     from ikdata.core.definitions import Definition
@@ -186,6 +186,8 @@ def _recheck_tolerance(output: str, spec: Mapping[str, Any], found: Mapping[str,
     worst = found.get("max_error_ratio")
     if ratio == 1 and worst is not None and (_number(worst) is None or _number(worst) > 1 + _EPS):
         reasons.append(f"max_error_ratio {worst!r} > 1: some element is outside atol + rtol * |expected|")
+    # the systematic-error test (ikdata.replay.judges), recomputed from its recorded metrics where recorded
+    reasons += systematic_failures(dtype, found, min(rtol, allowed.rtol))
     return reasons + cross_check(found, rtol=rtol, atol=atol)
 
 
