@@ -152,11 +152,12 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
     tags = list(fi.get("tags") or [])
     if template_key:
         tags.append(f"{SOURCE_TAG}={template_key}")
-    from ikdata.flashinfer.sampling import judge_of
+    from ikdata.flashinfer.sampling import judge_of, per_row_settings
 
     judge = judge_of(fi)
     if judge is not None and "judge" not in record:  # drawn ids: the sampling family judges them, not equality
         record["judge"] = judge
+        record = per_row_settings(record)  # a setting passed as a scalar or a per-row tensor: one definition
     tolerance = check_tolerance(fi.get("check"), [s["dtype"] for s in out_specs.values()])
     if tolerance is None:
         tags.append(UNMAPPED_CHECK_TAG)

@@ -9,7 +9,9 @@ against the distribution the inputs and settings imply, :mod:`ikdata.sampling`),
 log-probabilities (temperature 1; a zero probability can never be drawn), ``logits`` as given, each
 setting off when the API was not given it (top_k 0, top_p 1, min_p 0), rows picked by ``indices``
 when the call passed them (``indices=None``: row i draws from row i). Settings are read per row,
-as FlashInfer takes them (a scalar or a ``[batch_size]`` tensor). torch-free.
+as FlashInfer's kernels read them (``top_k_arr[row_idx]``: with ``indices``, the setting of the row drawn
+from). :func:`per_row_settings` makes a sampling definition's settings ``[batch_size]`` tensors, so
+one definition holds calls given a scalar or a per-row tensor alike. torch-free.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def judge_of(fi: Mapping[str, Any]) -> dict | None:
         return None
     if set(inputs) - {*SAMPLING_INPUTS, *SETTINGS, "indices", "temperature", "seed", "offset"}:
         return None  # inputs the judge does not know (speculative sampling's draft probabilities): an operator
+    if "top_k" in inputs and "top_p" in inputs:  # the call's filter_apply_order sets the cut order, per receipt
+        return {**JUDGE, "order": "engine"}
     return dict(JUDGE)
 
 
@@ -49,16 +53,39 @@ def sampler_inputs(values: Mapping[str, Any]) -> dict[str, Any]:
         with np.errstate(divide="ignore"):
             logits = np.log(np.clip(np.asarray(values["probs"], np.float64), 0.0, None))
     logits = logits.reshape(-1, logits.shape[-1])
+    rows = np.arange(logits.shape[0])
     indices = values.get("indices")
     if indices is not None:
-        logits = logits[np.asarray(indices, np.int64).reshape(-1)]
+        rows = np.asarray(indices, np.int64).reshape(-1)
+        logits = logits[rows]
     n = logits.shape[0]
     found = {"logits": logits.astype(np.float32), "temperature": np.ones(n), "seed": np.full(n, -1, np.int64)}
     for name, off in SETTINGS.items():
-        value = values.get(name)
-        found[name] = np.broadcast_to(np.asarray(off if value is None else value).reshape(-1), (n,)).copy() \
-            if np.asarray(off if value is None else value).size in (1, n) else np.asarray(value)
+        value = np.asarray(off if values.get(name) is None else values[name]).reshape(-1)
+        if value.size == 1:
+            found[name] = np.full(n, value[0])
+        elif value.size > int(rows.max(initial=-1)) and indices is not None:
+            found[name] = value[rows]  # the kernel reads the setting of the row it draws from
+        else:
+            found[name] = value
     return found
 
 
-__all__ = ["JUDGE", "judge_of", "sampler_inputs"]
+def per_row_settings(record: dict) -> dict:
+    """A sampling definition (converted record) whose settings declared as scalars (``min_p``, ``top_k``, ``top_p``)
+    are ``[batch_size]`` tensors, the first axis of its ``probs`` or ``logits``: FlashInfer's APIs take each as a
+    scalar or a per-row tensor, and the draws are judged per row. A definition without such a setting is returned
+    as it is."""
+    inputs = record.get("inputs") or {}
+    source = next((inputs[n] for n in SAMPLING_INPUTS if n in inputs), None)
+    shape = (source or {}).get("shape") or []
+    if not shape:
+        return record
+    changed = {n: {**spec, "shape": [shape[0]]} for n, spec in inputs.items()
+               if n in SETTINGS and spec.get("shape") is None}
+    if not changed:
+        return record
+    return {**record, "inputs": {n: changed.get(n, spec) for n, spec in inputs.items()}}
+
+
+__all__ = ["JUDGE", "judge_of", "per_row_settings", "sampler_inputs"]

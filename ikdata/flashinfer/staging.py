@@ -25,6 +25,7 @@ from ikdata.flashinfer import loader
 from ikdata.flashinfer.convert import Refused, convert
 from ikdata.flashinfer.dumps import Call, read_calls
 from ikdata.flashinfer.inline import inlined, input_params, reference_name
+from ikdata.flashinfer.sampling_calls import as_declared, provenance, samples_as_declared
 
 
 @dataclass
@@ -138,8 +139,9 @@ def _match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
             if passed <= used:  # every tensor the call passed is one the template reads or writes
                 fitting.append(ref)
     declared = loader.api_templates().get(call.fi_api)
-    if declared:  # a FlashInfer API: its own decorator names the template
-        fitting = [ref for ref in fitting if ref.attr.split("[")[0].split(".")[0] in declared] or fitting
+    if declared:  # a FlashInfer API: its own decorator names the template, and no other template is its call
+        named = {ref.key for ref in loader.templates() if ref.attr.split("[")[0].split(".")[0] in declared}
+        fitting = [ref for ref in fitting if ref.key in named] if named else fitting
     kwargs = call.arguments
     found = []
     with _no_trace_dump():
@@ -198,11 +200,12 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
     for call in calls:
         staged.calls += 1
         try:
+            call = as_declared(call)  # a sampling API's settings and indices in its template's form
             found = match(call, folder_definitions)
             fi_record = folder_definitions[found.record["name"]] if folder_definitions is not None else found.record
             definition, inputs, outputs = workload(found, fi_record, call.arguments, call.results,
                                                    source=str(definitions_folder or "flashinfer"))
-            writer.add(definition, inputs, outputs, call.provenance())
+            writer.add(definition, inputs, outputs, provenance(call))
             staged.definitions[definition.name] = definition
         except Refused as exc:
             staged.left_out.append((str(call.folder), exc.reason))
@@ -258,7 +261,7 @@ def workload(found: Match, fi_record: Mapping[str, Any], arguments: Mapping[str,
         if spec.shape is None and isinstance(value, torch.Tensor) and value.ndim == 0:
             value = value.item()  # a 0-d tensor where the definition has a scalar
         inputs[name] = _checked(value, spec, f"input {name!r} (parameter {param!r})")
-    outputs = _outputs(results, definition)
+    outputs = samples_as_declared(_outputs(results, definition), definition)
     for name, value in outputs.items():
         _checked(value, definition.outputs[name], f"output {name!r}")
     return definition, inputs, outputs
