@@ -21,8 +21,12 @@ $(STAMP): pyproject.toml setup.py requirements-dev.txt requirements-nodeps.txt
 demo: setup
 	$(PY) tools/demo.py demo-out
 
+# In parallel (pytest-xdist): one worker per core, at most TEST_WORKERS (each holds torch, a moto server...).
+# Tests that share an engine, a Ray cluster or a module's fixture are grouped onto one worker (tests/conftest.py),
+# longest groups first. TEST_WORKERS=0 runs in this one process.
+TEST_WORKERS ?= 4
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider $(if $(filter 0,$(TEST_WORKERS)),,-n auto --maxprocesses $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) --durations=20 tests
 
 # make bench BENCH_ARGS="--skip remote" (or --smoke, --only stats,validate)
 bench: setup

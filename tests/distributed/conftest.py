@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-from foundation_helpers import free_port
 from replay.conftest import _private_cache, build  # noqa: F401  (the replay tests' dataset factory)
 
 BUCKET = "ikdata-ray"
@@ -23,9 +22,9 @@ def ray_cluster(tmp_path_factory):
     ray = pytest.importorskip("ray")
     from moto.server import ThreadedMotoServer
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # port 0: the kernel picks
     server.start()
+    port = server.get_host_and_port()[1]
     endpoint = f"http://127.0.0.1:{port}"
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
                                             "AWS_ENDPOINT_URL", "IKDATA_CACHE_DIR")}

@@ -84,8 +84,13 @@ def test_check_thresholds_become_tolerance():
 
 
 class _Boom:
+    """Unpickling it creates ``marker`` (the test's own file, so parallel runs never share it)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
     def __reduce__(self):
-        return (Path("/tmp/ikdata-fi-pwned").touch, ())
+        return (Path(self.marker).touch, ())
 
 
 def test_crafted_pt_pickle_never_executes(corpus, tmp_path):
@@ -96,9 +101,8 @@ def test_crafted_pt_pickle_never_executes(corpus, tmp_path):
     src = tmp_path / "dumps"
     shutil.copytree(corpus["torch"] / "dumps", src)
     victim = sorted(src.glob("*_rmsnorm_call0001"))[0]
-    marker = Path("/tmp/ikdata-fi-pwned")
-    marker.unlink(missing_ok=True)
-    (victim / "inputs.pt").write_bytes(pickle.dumps({"arg_0": _Boom()}))
+    marker = tmp_path / "ikdata-fi-pwned"
+    (victim / "inputs.pt").write_bytes(pickle.dumps({"arg_0": _Boom(marker)}))
     result = import_dataset(str(src), str(tmp_path / "ds"), only_passed=True)
     assert not marker.exists()
     reasons = [item.reason for item in result.left_out if item.where and victim.name in item.where]

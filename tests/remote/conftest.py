@@ -12,19 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foundation_helpers import free_port
-
 BUCKET = "ikdata-test"
 
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's real S3 server on 127.0.0.1 with a free port; yields its endpoint URL."""
+    """moto's real S3 server on 127.0.0.1 with a free port (one per pytest process: each xdist worker has its
+    own, bound to port 0 so the kernel picks one no other worker holds); yields its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    port = server.get_host_and_port()[1]
     app = server._server.app
 
     def counted(environ, start_response):
@@ -67,10 +66,11 @@ def s3_env(s3_server, monkeypatch):
 
 @pytest.fixture(scope="session")
 def hub_server():
-    """The Hub stand-in (tests/remote/hub_server.py) on a free loopback port; yields its endpoint."""
+    """The Hub stand-in (tests/remote/hub_server.py) on a free loopback port (one per xdist worker, port 0 bound
+    by the server itself); yields its endpoint."""
     from hub_server import HubServer
 
-    server = HubServer(port=free_port())
+    server = HubServer()
     server.start()
     yield server
     server.stop()

@@ -37,12 +37,13 @@ def _git_oid(data: bytes) -> str:
 class HubServer:
     """Start with ``start()``; ``endpoint`` is the URL to put in HF_ENDPOINT."""
 
-    def __init__(self, port: int, *, page_size: int = 1000, token: str | None = None) -> None:
-        self.port, self.page_size, self.token = port, page_size, token
+    def __init__(self, port: int = 0, *, page_size: int = 1000, token: str | None = None) -> None:
+        self.page_size, self.token = page_size, token
         self.repos: dict[str, _Repo] = {}
         self.requests: Counter[str] = Counter()
         self.lock = threading.Lock()
         self._server = make_server("127.0.0.1", port, self._app, threaded=True)
+        self.port = self._server.server_address[1]  # port 0: the kernel's pick, never taken by a parallel worker
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -107,10 +107,8 @@ class TestResume:
                    "--definitions", str(built.definitions), "--json"]
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + 60
             while not (counter.exists() and counter.read_text() == "4"):  # the 4th call is hanging
-                assert process.poll() is None, process.communicate()
-                assert time.monotonic() < deadline, "the replay never reached its 4th case"
+                assert process.poll() is None, process.communicate()  # (a replay that never gets there: timeout)
                 time.sleep(0.05)
             process.send_signal(signal.SIGKILL)
         finally:

@@ -6,9 +6,12 @@ session-scoped. The tests skip, saying why, only when the venv cannot be built h
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,14 +63,19 @@ def vllm_python() -> Path:
     """The vLLM venv's python, built once with ``make vllm-venv`` (reused when present)."""
     python = VENV / "bin" / "python"
     if not (VENV / ".installed").exists():
-        try:
-            done = subprocess.run(["make", "-C", str(ROOT), "vllm-venv"], capture_output=True, text=True,
-                                  timeout=1800)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            _cannot_build(str(exc))
-        else:
-            if done.returncode != 0:
-                _cannot_build((done.stderr or done.stdout)[-600:])
+        # One build at a time: xdist workers (or two test runs) that both find it missing wait for the first,
+        # then find it built (make's stamp).
+        digest = hashlib.sha256(str(VENV).encode()).hexdigest()[:16]  # one lock per checkout's venv, outside it
+        with open(Path(tempfile.gettempdir()) / f"ikdata-vllm-venv-{digest}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                done = subprocess.run(["make", "-C", str(ROOT), "vllm-venv"], capture_output=True, text=True,
+                                      timeout=1800)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                _cannot_build(str(exc))
+            else:
+                if done.returncode != 0:
+                    _cannot_build((done.stderr or done.stdout)[-600:])
     return python
 
 
