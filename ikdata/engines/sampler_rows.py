@@ -37,13 +37,15 @@ class RowSettings:
 @dataclass(frozen=True)
 class SampledRow:
     """One row of a sampler call: the request, its decode step (tokens it generated before this one), the
-    prompt and output ids so far, and its settings."""
+    prompt and output ids so far, its settings, and what its seed fixes (its generator's state: rows
+    sharing a state draw the same noise, :mod:`ikdata.sampling.seeded`)."""
 
     request_id: str
     step: int
     prompt: Sequence[int]
     output: Sequence[int]
     settings: RowSettings = field(default_factory=RowSettings)
+    generator: dict[str, Any] | None = None  # what the request's seed fixes (ikdata.sampling.seeded); None: no seed
 
 
 def row_inputs(logits: Any, row: SampledRow) -> dict[str, Any]:
@@ -79,7 +81,9 @@ def record_row(cap: Any, logits: Any, row: SampledRow, drawn: int, *, operation:
 
     from ikdata.capture.context import request, step
 
-    sampler = {"order": order, "processors": [], "unknown": []}
+    sampler: dict[str, Any] = {"order": order, "processors": [], "unknown": []}
+    if row.generator is not None:
+        sampler["generator"] = dict(row.generator)
     with request(row.request_id), step(row.step):
         return cap.record(TEMPLATE, row_inputs(logits, row), {"samples": torch.tensor([int(drawn)], dtype=torch.int64)},
                           operation=operation, fills={"V": int(logits.shape[-1])},

@@ -128,6 +128,80 @@ def settings_of(params: Any) -> RowSettings:
                        seed=int(seed) if seed is not None else -1)
 
 
+def _noise(runner: Any) -> str | None:
+    """How the sampler turns a request's generator into noise, where ikdata can replay it
+    (:mod:`ikdata.sampling.seeded`): vLLM's CPU path keys ``_C.fused_gumbel_argmax`` with one 31-bit integer
+    drawn from the generator per call (not under ``use_fp64_gumbel``, which draws exponentials instead)."""
+    sampler = getattr(getattr(runner, "sampler", None), "topk_topp_sampler", None)
+    forward = getattr(getattr(sampler, "forward", None), "__func__", None)
+    if getattr(forward, "__name__", "") == "forward_cpu" and not getattr(sampler, "use_fp64_gumbel", False):
+        from ikdata.sampling.seeded import GUMBEL_SPLITMIX64
+
+        return GUMBEL_SPLITMIX64
+    return None
+
+
+def _generator(generator: Any, seed: int, position: int, noise: str | None) -> dict[str, Any]:
+    """What a request's seed fixes for this call (:mod:`ikdata.sampling.seeded`): the seed, the position (decode
+    step), a digest of the generator's state before the call and, where the noise is known, the integer the
+    engine's CPU path will draw from it (read from a copy of the state: vLLM's generator is not advanced)."""
+    import torch
+
+    from ikdata.core.digest import bytes_digest
+
+    state = generator.get_state()
+    found: dict[str, Any] = {"seed": int(seed), "position": int(position),
+                             "state": bytes_digest(state.numpy().tobytes())[:16]}
+    if noise is not None:
+        copy = torch.Generator(device=generator.device)
+        copy.set_state(state)
+        found.update(noise=noise, noise_seed=int(torch.randint(0, 2**31, (1,), generator=copy, dtype=torch.long)))
+    return found
+
+
+_BUILTIN_PROCESSORS = ("MinTokensLogitsProcessor", "LogitBiasLogitsProcessor", "MinPLogitsProcessor")
+
+
+def _custom_processors(cap: Any, batch: Any) -> list[Any]:
+    """The user's logits processors in effect for this batch (``LLM(logits_processors=...)``, the server's
+    ``--logits-processors``, plugins): every processor vLLM runs that is not one of its built-ins (min tokens,
+    logit bias and min-p, which the judge models or the row's settings name). Each is watched (:func:`_watch`)
+    so that the rows it changed are known after the sampler ran."""
+    procs = getattr(batch, "logitsprocs", None)
+    found = []
+    for proc in (getattr(procs, "all", None) or ()):
+        if type(proc).__name__ in _BUILTIN_PROCESSORS and type(proc).__module__.startswith("vllm."):
+            continue
+        _watch(cap, proc)
+        found.append(proc)
+    return found
+
+
+def _watch(cap: Any, proc: Any) -> None:
+    """Wrap one processor instance's ``apply`` so each call notes the rows whose logits it changed (compared
+    with a copy made before it; NaN equal to NaN), in ``proc._ikdata_changed`` (None: it could not be watched)."""
+    if getattr(proc, "_ikdata_watched", False):
+        return
+    original = getattr(proc, "apply", None)
+
+    def apply(logits: Any) -> Any:
+        before = logits.clone() if cap.enabled else None
+        out = original(logits)
+        if before is not None:
+            import torch
+
+            same = (before == out) | (torch.isnan(before) & torch.isnan(out))
+            proc._ikdata_changed.update(int(i) for i in torch.nonzero(~same.all(dim=1)).reshape(-1).tolist())
+        return out
+
+    try:
+        proc._ikdata_changed = set()
+        proc.apply = apply
+        proc._ikdata_watched = True
+    except (AttributeError, TypeError):
+        proc._ikdata_changed = None
+
+
 def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, SampledRow]], Any] | None:
     """The rows to record and their logits, copied before the sampler runs (None: nothing to record)."""
     import torch
@@ -135,6 +209,11 @@ def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, Sa
     batch = runner.input_batch
     req_ids = list(batch.req_ids)
     discard = getattr(getattr(runner, "discard_request_mask", None), "np", None)
+    generators = getattr(batch, "generators", None) or {}
+    noise = _noise(runner) if generators else None
+    for proc in _custom_processors(cap, batch):
+        if proc._ikdata_changed is not None:
+            proc._ikdata_changed.clear()
     rows: list[tuple[int, SampledRow]] = []
     for index, req_id in enumerate(req_ids):
         if discard is not None and bool(discard[index]):
@@ -147,9 +226,13 @@ def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, Sa
         if reason is not None:
             _skip(cap, f"sampler row with {reason} (not modelled by the sampling judge)")
             continue
-        rows.append((index, SampledRow(external_id(str(req_id)), len(state.output_token_ids),
-                                       tuple(state.prompt_token_ids or ()), tuple(state.output_token_ids),
-                                       settings_of(params))))
+        settings = settings_of(params)
+        step = len(state.output_token_ids)
+        generator = generators.get(index)
+        rows.append((index, SampledRow(external_id(str(req_id)), step, tuple(state.prompt_token_ids or ()),
+                                       tuple(state.output_token_ids), settings,
+                                       _generator(generator, settings.seed, step, noise)
+                                       if generator is not None else None)))
     if not rows:
         return None
     index = torch.tensor([i for i, _ in rows], dtype=torch.long, device=logits.device)
@@ -192,15 +275,47 @@ def _record_rows(cap: Any, runner: Any, pending: tuple[list[tuple[int, SampledRo
     rows, logits = pending
     drawn = out.sampled_token_ids[:, 0].to("cpu").tolist()
     facts = _model_facts(cap, runner)
+    changed: dict[int, list[str]] = {}
+    for proc in _custom_processors(cap, runner.input_batch):
+        name = f"{type(proc).__module__}.{type(proc).__qualname__}"
+        touched = proc._ikdata_changed
+        for index, _ in rows:
+            if touched is None or index in touched:  # unwatchable: every row may have been changed
+                changed.setdefault(index, []).append(name)
     for slot, (index, row) in enumerate(rows):
+        if index in changed:
+            _skip(cap, f"sampler row changed by logits processor {', '.join(sorted(set(changed[index])))} "
+                       "(not modelled by the sampling judge)")
+            continue
         record_row(cap, logits[slot], row, drawn[index], operation=SAMPLER_OPERATION, order=_vllm().order,
                    provenance=facts)
 
 
+IDENTITY_BLOCK = 1 << 20  # the first and last MiB of each file name its content in the model's identity
+
+
+def file_identity(file: Any) -> str:
+    """One file's identity without reading it whole: its size, mtime (ns) and the digest of its first and last
+    :data:`IDENTITY_BLOCK` bytes (a multi-gigabyte weight costs two MiB of reading, never a full hash)."""
+    import os
+
+    from ikdata.core.digest import bytes_digest
+
+    stat = os.stat(file)
+    with open(file, "rb") as stream:
+        head = stream.read(IDENTITY_BLOCK)
+        tail = b""
+        if stat.st_size > IDENTITY_BLOCK:
+            stream.seek(max(stat.st_size - IDENTITY_BLOCK, IDENTITY_BLOCK))
+            tail = stream.read(IDENTITY_BLOCK)
+    return f"{stat.st_size}:{stat.st_mtime_ns}:{bytes_digest(head + tail)}"
+
+
 @functools.lru_cache(maxsize=8)
 def _folder_facts(path: str) -> tuple[tuple[str, Any], ...]:
-    """The model folder's digest (its files' names and content digests, sorted), or nothing for a hub name."""
-    import hashlib
+    """The model folder's identity (each file's path, size, mtime and first and last MiB: :func:`file_identity`,
+    sorted), or nothing for a hub name. Computed once per process, on the first recorded sampler row, so it
+    must stay cheap: no file is hashed whole."""
     from pathlib import Path
 
     from ikdata.core.digest import parts_digest
@@ -208,13 +323,8 @@ def _folder_facts(path: str) -> tuple[tuple[str, Any], ...]:
     folder = Path(path)
     if not folder.is_dir():
         return (("model", path),)
-    parts = []
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        sha = hashlib.sha256()
-        with open(file, "rb") as stream:
-            for block in iter(lambda: stream.read(1 << 20), b""):
-                sha.update(block)
-        parts.append(f"{file.relative_to(folder)}\0{sha.hexdigest()}\n".encode())
+    parts = [f"{file.relative_to(folder)}\0{file_identity(file)}\n".encode()
+             for file in sorted(p for p in folder.rglob("*") if p.is_file())]
     return (("model", path), ("model_digest", parts_digest(parts)))
 
 

@@ -12,6 +12,9 @@ pools every case of a definition:
 - per stratum of tokens a penalty touches (:mod:`ikdata.sampling.aimed`), an aimed test of how
   many draws hit those tokens; and one test of independence over pairs of draws that must be
   independent (:mod:`ikdata.sampling.independence`);
+- draws from a request's own generator (:mod:`ikdata.sampling.seeded`): a draw that differs from its
+  replay from the seed fails, rows sharing a generator state and identical logits that drew different tokens
+  fail, and each generator state joins the pooled tests once (draws sharing it are equal by design);
 - each test runs at alpha / (number of tests) (Bonferroni, stated in the verdict), so a correct
   sampler fails a definition with probability <= alpha;
 - a case fails when one of its draws lies outside the kept set, or a test it joined
@@ -83,6 +86,7 @@ class DefinitionVerdict:
     degenerate: str | None = None  # draws of one-token distributions: no test has power there
     alpha_split: str | None = None  # how alpha is split over the tests (stated in the verdict)
     processors: list[str] = field(default_factory=list)  # each undeclared processor, what it did, whether accepted
+    seeded: str | None = None  # draws from requests' own generators: replayed, equal by design
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -104,6 +108,8 @@ class DefinitionVerdict:
             found["alpha_split"] = self.alpha_split
         if self.processors:
             found["processors"] = self.processors
+        if self.seeded:
+            found["seeded"] = self.seeded
         if verdict == TOO_SMALL and not not_judged:
             found["not_judged"] = [(f"{self.not_checked}: not checked, by the definition's choice"
                                     if self.not_checked else None) or self.degenerate
@@ -127,6 +133,9 @@ def decide(definition: str, cases: Iterable[Case | Mapping[str, Any]], *, alpha:
     groups: dict[str, dict[str, tuple[int, float, str]]] = {}
     distributions: dict[str, list[float]] = {}
     strata: dict[str, tuple[list[float], int, set[str]]] = {}
+    states_seen: set[str] = set()
+    equal_by_design = 0
+    seed_failures, result.seeded = seed_checks(cases)
     for case in cases:
         record = case.record
         for name, entry in sorted((record.get("aimed") or {}).items()):
@@ -145,8 +154,23 @@ def decide(definition: str, cases: Iterable[Case | Mapping[str, Any]], *, alpha:
             moments = got if moments is None else moments + got
             n_moments += int(found["n"])
         distributions.update(record.get("distributions") or {})
+        for state, u in record.get("pit_shared") or ():
+            if state in states_seen:
+                equal_by_design += 1  # the same noise as a draw already counted: not an independent draw
+                continue
+            states_seen.add(state)
+            sums += legendre(np.asarray([float(u)])).sum(axis=0)
+            n_pit += 1
+            hist += np.histogram([float(u)], HIST_BINS, (0.0, 1.0))[0]
+            joined[case.uuid].add("pit")
         for i, (key, slot, tag, u) in enumerate(record.get("draws") or ()):
             tag = str(tag) if tag is not None else f"{case.uuid}:{i}"
+            if tag.startswith("generator "):
+                state = tag[len("generator "):]
+                if state in states_seen:
+                    equal_by_design += 1
+                    continue
+                states_seen.add(state)
             groups.setdefault(key, {}).setdefault(tag, (int(slot), float(u), case.uuid))
     degenerate = sorted(k for k in groups if len(distributions.get(k) or ()) == 1)
     if degenerate:  # one kept token: only the outside check can judge its draws; no test has power there
@@ -221,7 +245,14 @@ def decide(definition: str, cases: Iterable[Case | Mapping[str, Any]], *, alpha:
         for uuid in paired:
             joined[uuid].add("independence")
     result.tests = list(outcome.values())
+    if result.seeded and equal_by_design:
+        result.seeded += (f"; {equal_by_design} draw(s) share a generator state with a draw already counted: equal by "
+                          "design (the same noise, as the seed asks), counted once in the pooled tests")
     for case in cases:
+        if case.uuid in seed_failures:
+            result.statuses[case.uuid] = (Status.FAILED, seed_failures[case.uuid],
+                                          {"positions": case.record.get("positions", 0), "alpha": alpha})
+            continue
         result.statuses[case.uuid] = _case_status(case, joined[case.uuid], outcome, alpha, each)
     result.processors = processor_lines(cases)
     accepted = sorted({n for c in cases for n in c.record.get("not_checked") or ()})
@@ -229,6 +260,44 @@ def decide(definition: str, cases: Iterable[Case | Mapping[str, Any]], *, alpha:
         positions = sum(int(c.record.get("positions", 0)) for c in cases if c.record.get("not_checked"))
         result.not_checked = f"{positions} position(s) not checked: processor(s) {', '.join(accepted)} accepted"
     return result
+
+
+def seed_checks(cases: Iterable[Draws]) -> tuple[dict[str, str], str | None]:
+    """The exact checks of draws from requests' own generators (:mod:`ikdata.sampling.seeded`): per failing case
+    why (a draw that differs from its replay from the seed; rows of one generator state with identical logits
+    that drew different tokens), and a line saying what was checked (None: no seeded draw)."""
+    failures: dict[str, str] = {}
+    by_state: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    replays = {"match": 0, "mismatch": 0, "unclear": 0}
+    rows = 0
+    for case in cases:
+        for entry in case.record.get("seeded") or ():
+            position, state, key, token, replayed = entry
+            rows += 1
+            by_state.setdefault((str(state), str(key)), []).append((case.uuid, int(token)))
+            if replayed in replays:
+                replays[replayed] += 1
+            if replayed == "mismatch":
+                failures.setdefault(case.uuid, (
+                    f"workload {case.uuid}: seeded draw {token} at position {position} differs from its replay from "
+                    f"the seed (generator {state}): the sampler did not draw with the request's seed"))
+    conflicts = 0
+    for (state, _), drew in sorted(by_state.items()):
+        tokens = sorted({t for _, t in drew})
+        if len(tokens) > 1:
+            conflicts += 1
+            for uuid, token in drew:
+                failures.setdefault(uuid, (
+                    f"workload {uuid}: {len(drew)} row(s) share generator state {state} and identical logits but drew "
+                    f"different tokens ({', '.join(map(str, tokens[:5]))}): the same seed must give the same draw"))
+    if not rows:
+        return failures, None
+    states = len({state for state, _ in by_state})
+    line = (f"{rows} draw(s) from requests' own generators ({states} generator state(s)): "
+            f"{replays['match']} replayed from their seed and matched, {replays['mismatch']} differ"
+            + (f", {replays['unclear']} tie(s) at float precision not replayed" if replays["unclear"] else "")
+            + (f"; {conflicts} state(s) with identical logits drew different tokens" if conflicts else ""))
+    return failures, line
 
 
 def processor_lines(cases: Iterable[Draws]) -> list[str]:
@@ -306,6 +375,8 @@ def _case_status(case: Draws, joined: set[str], outcome: Mapping[str, Mapping[st
         why = ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())) or "greedy positions only"
         if record.get("greedy") and record.get("judged"):
             return Status.PASSED, None, metrics  # greedy: every draw was the argmax
+        if record.get("replayed"):
+            return Status.PASSED, None, metrics  # every random draw replayed exactly from its seed
         return Status.SKIPPED, f"no position could be judged ({why})", metrics
     return Status.PASSED, None, metrics
 

@@ -82,6 +82,19 @@ def unknown_processors(receipt: Any) -> list[dict[str, Any]]:
             for p in sampler.get("processors") or () if isinstance(p, Mapping) and not p.get("declared")]
 
 
+def receipt_generators(receipt: Any, n: int) -> list[Mapping[str, Any] | None] | None:
+    """Per row, what its seed fixes (``sampler.generator`` for one row, ``sampler.generators`` for several:
+    :mod:`ikdata.sampling.seeded`); None when the receipt says nothing."""
+    provenance = getattr(receipt, "provenance", None) or {}
+    sampler = provenance.get("sampler") if isinstance(provenance.get("sampler"), Mapping) else {}
+    found = sampler.get("generators")
+    if found is None and isinstance(sampler.get("generator"), Mapping):
+        found = [sampler["generator"]]
+    if not isinstance(found, list) or len(found) != n:
+        return None
+    return [g if isinstance(g, Mapping) else None for g in found]
+
+
 def _extras(values: Mapping[str, Any], n: int) -> Extras:
     """Penalties, bans and extra warpers from a ``sampling_logits_f32`` workload's inputs."""
     def get(name: str, default: Any) -> Any:
@@ -140,7 +153,7 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
         seeds = np.broadcast_to(np.asarray(values.get("seed", -1), np.int64), (n,))
         extras = _extras(values, n) if "context" in values else None
         record = record_logits(logits, settings, samples, seeds, order=order, tol=tol or DEFAULT_TOL, seed=seed,
-                               extras=extras)
+                               extras=extras, generators=receipt_generators(receipt, n))
         if unknown and {p["name"] for p in unknown} <= accepted:  # the user means them: not checked, said so
             record = not_checked(record, unknown)
     elif "logprobs" in values:
@@ -162,6 +175,11 @@ def execute(run: Any, row: Any, pending: Any, load_all: Callable[..., tuple[dict
         metrics={"samples": {"positions": record["positions"], "judged": record["judged"],
                              "outside": record["outside"], "alpha": alpha}},
         seconds=time.perf_counter() - started)
+    mismatch = next((e for e in record.get("seeded") or () if e[4] == "mismatch"), None)
+    if mismatch is not None and not record["outside"]:
+        return case.with_(status=Status.FAILED, reason=f"workload {row.uuid}: seeded draw {mismatch[3]} at position "
+                          f"{mismatch[0]} differs from its replay from the seed (generator {mismatch[1]}): the "
+                          "sampler did not draw with the request's seed")
     if record["outside"]:
         first = record["outside_examples"][0]
         return case.with_(status=Status.FAILED, reason=f"workload {row.uuid}: {record['outside']} drawn token(s) "
@@ -247,6 +265,8 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
         lines += [f"  not judged: {why}" for why in group.get("not_judged") or ()]
         if group.get("alpha_split"):
             lines.append(f"  {group['alpha_split']}")
+        if group.get("seeded"):
+            lines.append(f"  {group['seeded']}")
         if group.get("degenerate"):
             lines.append(f"  {group['degenerate']}")
         if group.get("not_checked"):

@@ -14,18 +14,22 @@ same record, which :func:`ikdata.sampling.groups.decide` pools per definition:
   (distribution key, slot, seed tag, u) and the kept distribution itself (descending,
   tied values merged), so that draws of one distribution can be tested together by TV;
 - ``aimed``: per stratum of tokens a penalty touches (:mod:`ikdata.sampling.aimed`), each
-  position's mass of those tokens and how many draws hit them.
+  position's mass of those tokens and how many draws hit them;
+- ``seeded``: per row drawn from a request's own generator (:mod:`ikdata.sampling.seeded`), its generator
+  state, a digest of its kept logits, the token and its replay from the seed; such rows' single draws go
+  to ``pit_shared`` (state, u) instead of ``pit``, and their small-set draws carry the state as their tag,
+  so that each generator state is counted once by the pooled tests.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
 from ikdata.sampling.aimed import kept_blocks, strata
-from ikdata.sampling import independence
+from ikdata.sampling import independence, seeded
 from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
                                           judge_logits)
 from ikdata.sampling.pipeline import Extras, Warped, apply_warpers, process
@@ -75,9 +79,11 @@ def _judge(logits: np.ndarray, settings: Settings, extras: Extras | None, drawn:
 
 def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, seeds: Sequence[int] | None = None, *,
                   order: str = ANY, tol: float = DEFAULT_TOL, seed: int = 0,
-                  extras: Extras | None = None) -> dict[str, Any]:
+                  extras: Extras | None = None,
+                  generators: Sequence[Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
     """The record of one sampler call: raw logits [B, V], settings, drawn ids [B], seeds [B] (-1: unknown);
-    ``extras``: penalties, bans and extra warpers, applied to the raw logits in the engine's order.
+    ``extras``: penalties, bans and extra warpers, applied to the raw logits in the engine's order;
+    ``generators``: per row, what its seed fixes (:mod:`ikdata.sampling.seeded`; None: no generator of its own).
 
     Raises:
         RecordError: a drawn id outside the vocabulary, or shapes that disagree.
@@ -96,7 +102,18 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     sampled = np.flatnonzero(regular)
     small = sampled[judged.kept[sampled] <= SMALL_KEPT]
     large = sampled[judged.kept[sampled] > SMALL_KEPT]
-    record["pit"] = _pit_part(np.concatenate([judged.u[large], judged.u[irregular]]))
+    states = [seeded.state_of(g) for g in generators] if generators is not None else [None] * n
+    replayed: set[int] = set()
+    if any(s is not None for s in states):
+        record["seeded"] = _seeded(logits, settings, judged, np.asarray(drawn, np.int64), generators, states,
+                                   irregular)
+        replayed = {int(e[0]) for e in record["seeded"] if e[4] == "match"}
+        record["replayed"] = len(replayed)  # each drawn exactly as its seed's noise gives: judged, not pooled
+    singles = [int(i) for i in np.concatenate([large, irregular]) if int(i) not in replayed]
+    record["pit"] = _pit_part(np.asarray([judged.u[i] for i in singles if states[i] is None], np.float64))
+    if any(s is not None for s in states):
+        record["pit_shared"] = [[states[i], float(judged.u[i])] for i in singles if states[i] is not None]
+    small = np.asarray([i for i in small if int(i) not in replayed], np.int64)
     drawn_ok = ok & ~judged.greedy & ~judged.outside
     rows = np.flatnonzero(drawn_ok)
     wanted = np.zeros(n, bool)
@@ -110,7 +127,7 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
         found = strata(extras, np.asarray(drawn, np.int64), drawn_ok, logits.shape[1], blocks)
         if found:
             record["aimed"] = found  # the positions and tokens a penalty touches, tested on their own
-    record["independence"] = _independence(extras, np.asarray(drawn, np.int64), seeds, rows, blocks, seed)
+    record["independence"] = _independence(extras, np.asarray(drawn, np.int64), seeds, rows, blocks, seed, states)
     draws, distributions = [], {}
     vocab = logits.shape[1]
     width = min(vocab, SMALL_KEPT)
@@ -123,7 +140,8 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
         key = _key(probs)
         distributions[key] = [float(v) for v in probs]
         slot = int(np.searchsorted(-values, -float(logits[i, drawn[i]]), side="left"))
-        tag = f"{int(seeds[i])}:{i}" if seeds is not None and int(seeds[i]) >= 0 else None
+        tag = (f"generator {states[i]}" if states[i] is not None else
+               f"{int(seeds[i])}:{i}" if seeds is not None and int(seeds[i]) >= 0 else None)
         draws.append([key, int(slots[min(slot, len(slots) - 1)]), tag, float(judged.u[i])])
     record["draws"], record["distributions"] = draws, distributions
     moment_rows = np.concatenate([large, irregular]).astype(np.int64)  # typical sampling's positions too
@@ -146,9 +164,34 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
     return record
 
 
+def _seeded(logits: np.ndarray, settings: Settings, judged: Any, drawn: np.ndarray,
+            generators: Sequence[Mapping[str, Any] | None], states: list[str | None],
+            irregular: np.ndarray) -> list[list[Any]]:
+    """Per row with a generator of its own: [row, state, digest of its kept logits / T, token, replay]; replay
+    (:func:`ikdata.sampling.seeded.replay`) only for judged random draws of a plain kept prefix."""
+    out = []
+    skip = set(np.asarray(irregular, np.int64).tolist())
+    for i, state in enumerate(states):
+        if state is None or judged.status[i] != OK:
+            continue
+        kept = int(judged.kept[i])
+        values = (np.asarray(logits[i], np.float32) / np.float32(settings.temperature[i])
+                  if settings.temperature[i] > 0 else np.asarray(logits[i], np.float32))
+        ids = np.argsort(-values, kind="stable")[:max(kept, 1)]
+        key = bytes_digest(np.asarray(ids, np.int64).tobytes() + values[ids].astype(np.float32).tobytes())[:16]
+        found = None
+        if not judged.greedy[i] and not judged.outside[i] and i not in skip and kept > 0:
+            found = seeded.replay(values, ids, int(drawn[i]), generators[i] or {})
+        out.append([i, state, key, int(drawn[i]), found])
+    return out
+
+
 def _independence(extras: Extras | None, drawn: np.ndarray, seeds: Sequence[int] | None, rows: np.ndarray,
-                  blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seed: int) -> dict[str, Any]:
-    """Token-order PITs of (at most MAX_ROWS of) the judged rows, paired as neighbours, keyed by seed and step."""
+                  blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seed: int,
+                  states: list[str | None] | None = None) -> dict[str, Any]:
+    """Token-order PITs of (at most MAX_ROWS of) the judged rows, paired as neighbours, keyed by seed and step.
+    A row drawn from a generator of its own (``states``) is not keyed: draws of one generator state are equal
+    by design (:mod:`ikdata.sampling.seeded`), and draws of different states are not expected to agree."""
     rows = rows[:independence.MAX_ROWS]
     rng = np.random.default_rng(seed + 3)
     given = np.asarray(seeds, np.int64) if seeds is not None else np.full(len(drawn), -1)
@@ -165,7 +208,7 @@ def _independence(extras: Extras | None, drawn: np.ndarray, seeds: Sequence[int]
     draws, keys = [], []
     for i in rows:
         draws.append((int(i), v[int(i)]))
-        if extras is None or given[i] < 0:
+        if extras is None or given[i] < 0 or (states is not None and states[int(i)] is not None):
             keys.append(None)
         else:
             step = int(extras.generated[i])

@@ -5,7 +5,9 @@ broken kernel would be, so the recorded output is the broken one:
 
 - ``temperature_twice``: vLLM's ``Sampler.apply_temperature`` divides the logits by the temperature twice;
 - ``linear``: the repacked GEMM of ``model.layers.0.mlp.down_proj`` returns its output x1.01;
-- ``attention``: the CPU attention kernel's output x1.01 in ``model.layers.0.self_attn.attn``.
+- ``attention``: the CPU attention kernel's output x1.01 in ``model.layers.0.self_attn.attn``;
+- ``seed_ignored``: vLLM's CPU sampler (``TopKTopPSampler.forward_cpu``) ignores the requests' own
+  generators, so seeded requests draw from the global generator (a seed does not fix the draw).
 
 ``VLLM_BOOT_LOG=FILE`` appends one line per process where capture was installed (its pid and
 multiprocessing name: ``MainProcess``, ``EngineCore...``, the worker), whatever the faults.
@@ -34,6 +36,19 @@ def _sampler(module) -> None:
         return original(original(logits, temp, all_random), temp, all_random)
 
     sampler.apply_temperature = staticmethod(apply_temperature)
+
+
+def _seed_ignored(module) -> None:
+    import functools
+
+    cls = module.TopKTopPSampler
+    original = cls.forward_cpu
+
+    @functools.wraps(original)
+    def forward_cpu(self, logits, generators, k, p):
+        return original(self, logits, {}, k, p)
+
+    cls.forward_cpu = forward_cpu
 
 
 def _linear(module) -> None:
@@ -89,6 +104,7 @@ def install(api) -> None:
 
     plan = {"temperature_twice": [("vllm.v1.sample.sampler", _sampler)],
             "linear": [("vllm.model_executor.layers.linear", _linear)],
+            "seed_ignored": [("vllm.v1.sample.ops.topk_topp_sampler", _seed_ignored)],
             "attention": [("vllm.model_executor.layers.attention.attention", _attention_layer),
                           ("vllm._custom_ops", _attention_kernel)]}
     for fault in _faults():
