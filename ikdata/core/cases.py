@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ikdata.core import features
 from ikdata.core.errors import RecordError
+from ikdata.core.problems import Problem
 from ikdata.core.status import Status
 
 # The fields every case may carry, in the order a case built by replay writes them; any other key is a
@@ -29,6 +30,11 @@ CASE_FIELDS = ("definition", "uuid", "axes", "status", "reason", "error", "secon
                "reference_digest", "reuse_key", "input_digests", "expected_digests", "chosen_by", "metrics",
                "tolerance", "max_absolute_errors", "state_comparison")
 TOO_SMALL = "too_small"  # a group verdict no test had the power to reach
+# Bounds of the one reader, checked before anything walks a report recursively: a report from elsewhere is
+# hostile input. The file's size is checked before it is read; nesting and a case's unknown fields after.
+MAX_REPORT_BYTES = 1 << 30  # 100k cases of replay's own are ~150 MB
+MAX_DEPTH = 64  # nesting of any value (replay's deepest, a trajectory's step records, is under 10)
+MAX_UNKNOWN_BYTES = 64 << 10  # per case: the JSON of the fields report.schema.json does not define for a case
 
 
 @dataclass(frozen=True)
@@ -288,12 +294,76 @@ def _family_names() -> tuple[str, ...]:
     return tuple(f.name for f in features.families() if f.judges)  # operators (judged case by case) never do
 
 
+def case_fields() -> frozenset[str]:
+    """The fields ``report.schema.json`` defines for a case: :data:`CASE_FIELDS` and the families' records
+    (``sampling``, ``trajectory``). Only these travel from a report case into anything ikdata writes."""
+    return _schema_case_fields()
+
+
+@lru_cache(maxsize=1)
+def _schema_case_fields() -> frozenset[str]:
+    from ikdata.core.schema import load_schema
+
+    return frozenset(load_schema("report")["$defs"]["case"]["properties"]) | frozenset(CASE_FIELDS)
+
+
+def bound_problems(data: Any, *, path: str) -> list[Problem]:
+    """Where a report's JSON passes the reader's bounds: nesting deeper than :data:`MAX_DEPTH` (the first such
+    value, by JSON pointer) and a case whose unknown fields' JSON exceeds :data:`MAX_UNKNOWN_BYTES`. Walked
+    without recursion, so a value nested thousands deep costs a loop, never a RecursionError."""
+    problems: list[Problem] = []
+    stack: list[tuple[Any, int, Any]] = [(data, 0, None)]
+    while stack:
+        value, depth, trail = stack.pop()
+        if depth > MAX_DEPTH:
+            problems.append(Problem(path, f"nested deeper than {MAX_DEPTH} levels; a replay report never is",
+                                    pointer=_pointer(trail), code="too-deep"))
+            break
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, (k, trail)) for k, v in value.items() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, (i, trail)) for i, v in enumerate(value) if isinstance(v, (dict, list)))
+    cases = data.get("cases") if isinstance(data, dict) and not problems else None
+    if isinstance(cases, list):
+        import orjson
+
+        known = case_fields()
+        for number, case in enumerate(cases):
+            unknown = {k: v for k, v in case.items() if k not in known} if isinstance(case, dict) else None
+            if not unknown:
+                continue
+            try:
+                size = len(orjson.dumps(unknown))
+            except (TypeError, orjson.JSONEncodeError):
+                size = MAX_UNKNOWN_BYTES + 1
+            if size > MAX_UNKNOWN_BYTES:
+                problems.append(Problem(path, f"fields the report schema does not define for a case hold {size:,} "
+                                        f"bytes ({', '.join(map(repr, sorted(unknown)[:3]))}); at most "
+                                        f"{MAX_UNKNOWN_BYTES:,} are read", pointer=f"/cases/{number}",
+                                        code="too-large"))
+    return problems
+
+
+def _pointer(trail: Any) -> str:
+    """The JSON pointer of a ``(key, parent)`` trail."""
+    from ikdata.core.pointers import escape
+
+    parts: list[str] = []
+    while trail is not None:
+        key, trail = trail
+        parts.append(escape(key))
+    return "".join("/" + part for part in reversed(parts))
+
+
 def read_report(path: str | os.PathLike) -> Report:
     """Read and check a replay report (ikdata's or the seed capture script's): the one reader every path uses.
 
+    The file's size is bounded before it is read (:data:`MAX_REPORT_BYTES`), its nesting and each case's
+    unknown fields after (:func:`bound_problems`), before anything walks it.
+
     Raises:
-        RecordError: no file there, not JSON, or not a replay report, naming the file and the JSON pointer
-            of the first problem (and up to four more).
+        RecordError: no file there, too large, not JSON, or not a replay report, naming the file and the JSON
+            pointer of the first problem (and up to four more).
     """
     import orjson
 
@@ -301,17 +371,22 @@ def read_report(path: str | os.PathLike) -> Report:
 
     path = Path(path)
     try:
+        size = os.stat(path).st_size
+        if size > MAX_REPORT_BYTES:
+            raise RecordError(f"the replay report holds {size:,} bytes, more than the {MAX_REPORT_BYTES:,} ikdata "
+                              "reads", path=str(path))
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
         raise RecordError("no replay report here; run 'ikdata replay' on the dataset first", path=str(path)) from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise RecordError(f"cannot read the replay report: {exc}; expected one JSON document",
                           path=str(path)) from exc
-    problems = schema.check("report", data, path=str(path))
+    problems = bound_problems(data, path=str(path)) or schema.check("report", data, path=str(path))
     if problems:
         raise RecordError("not a replay report: " + "; ".join(f"{p.pointer} {p.message}" for p in problems[:5]),
                           path=str(path), pointer=problems[0].pointer or None)
     return Report.from_json(data, path=str(path))
 
 
-__all__ = ["CASE_FIELDS", "Case", "Group", "Report", "TOO_SMALL", "read_report"]
+__all__ = ["CASE_FIELDS", "Case", "Group", "MAX_DEPTH", "MAX_REPORT_BYTES", "MAX_UNKNOWN_BYTES", "Report", "TOO_SMALL",
+           "bound_problems", "case_fields", "read_report"]

@@ -41,7 +41,7 @@ from ikdata.core.progress import Progress, ProgressCallback
 from ikdata.core.store import BlobStore, digest_from_path, rehash_files
 from ikdata.core.safetensors_format import BLOB_KEY
 from ikdata.importing.carried import Carried, plan_carried
-from ikdata.core.cases import Case, Report
+from ikdata.core.cases import Case, Report, case_fields
 
 CANNOT_REJUDGE = "cannot-rejudge"  # a verdict SRC claims that import cannot re-judge here
 # The seed replay's table (seeds/002), which ikdata's defaults keep: a seed report may not be looser.
@@ -144,8 +144,9 @@ def validation_record(case: Case, report: Report, *, report_name: str | None, re
     """The ``validation`` an import attaches to a receipt (``schemas/validation.schema.json``).
 
     It keeps what a later import needs to recheck it: metrics, per-output tolerance,
-    the default table, the digests judged, and every family record of the case
-    (:attr:`~ikdata.core.cases.Case.records`: a denoiser step judged by its trajectory keeps its measurements).
+    the default table, the digests judged, and the family records the report schema defines for a case
+    (:func:`ikdata.core.cases.case_fields`: a denoiser step judged by its trajectory keeps its measurements).
+    A field of the case the schema does not define is not copied: SRC's report cannot write into DST's receipts.
     """
     record: dict[str, Any] = {
         "status": str(case.status),
@@ -159,7 +160,7 @@ def validation_record(case: Case, report: Report, *, report_name: str | None, re
         "input_digests": case.input_digests,
         "expected_digests": case.expected_digests,
         "reference_digest": case.reference_digest,
-        **{k: v for k, v in case.records.items() if k not in _VALIDATION_FIELDS},
+        **{k: v for k, v in case.records.items() if k not in _VALIDATION_FIELDS and k in case_fields()},
         "finished_at": report.get("finished_at"),
         "report": f"{report_name}@{report_digest}" if report_name else None,
     }
@@ -167,6 +168,13 @@ def validation_record(case: Case, report: Report, *, report_name: str | None, re
         record["metrics"] = {"max_absolute_errors": case.max_absolute_errors}
         record["basis"] = "seed report: max_absolute_errors only, no digests of the judged bytes"
     return {k: v for k, v in record.items() if v is not None}
+
+
+def _defined(validation: dict) -> dict:
+    """An inherited validation with only the fields a validation or a report case defines: what an earlier
+    import's receipt carries beyond them is not copied into DST."""
+    allowed = set(_VALIDATION_FIELDS) | case_fields()
+    return {k: v for k, v in validation.items() if k in allowed}
 
 
 def _reference_reasons(case: Case, definition: Definition, where: str) -> list[str]:
@@ -241,7 +249,7 @@ def _validation_for(source: Source, uuid: str, row: dict,
                     or _digest_reasons(case, row, receipt))
     if reasons:
         return None, reasons, at
-    record = inherited if not own and not seed else validation_record(  # seed verdicts keep their "basis" marker
+    record = _defined(inherited) if not own and not seed else validation_record(  # seed verdicts keep their "basis" marker
         cases[-1], report, report_name=source.report_name if own else None,
         report_digest=source.report_digest if own else None, seed=seed)
     return record, [], None

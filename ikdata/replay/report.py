@@ -21,7 +21,7 @@ import orjson
 from ikdata.core import jsonl, schema
 from ikdata.core.errors import RecordError, UsageError
 from ikdata.core.store import write_atomic
-from ikdata.core.cases import Case, Group, Report, read_report
+from ikdata.core.cases import Case, Group, Report, bound_problems, read_report
 
 FORMAT = "ikdata-replay/1"
 SEED_BESIDE = "results/ikdata-replay.json"  # ikdata's report in the seed layout, beside the seed's results/replay.json
@@ -81,7 +81,7 @@ def check_case(case: Any, *, path: str = "<case>") -> None:
     if not isinstance(case, Mapping):
         raise RecordError(f"a case must be a JSON object, got {type(case).__name__}", path=path)
     wrapper = {"torch": "", "device": "", "tolerances": {}, "cases": [dict(case)]}
-    problems = schema.check("report", wrapper, path=path)
+    problems = bound_problems(wrapper, path=path) or schema.check("report", wrapper, path=path)
     if problems:
         raise RecordError("; ".join(f"{p.pointer}: {p.message}" for p in problems), path=path)
 
