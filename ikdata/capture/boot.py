@@ -146,8 +146,11 @@ def _install_module_hook(capturer: Any) -> None:
     inline = module_call.inlinable(original)  # else every module is called through torch's _call_impl
     backward_pre, backward, forward, forward_pre = module_call.global_hooks(original) if inline else ((),) * 4
     tracing = torch._C._get_tracing_state
+    compiling = torch.compiler.is_compiling
 
     def call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
+        if compiling():  # Dynamo traces the module call as it would without capture (nothing of ours traced)
+            return original(module, *args, **kwargs)
         if local.skip:  # inside a step that is not selected: no bookkeeping at all
             if (not inline or forward or forward_pre or backward or backward_pre or module._forward_hooks
                     or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks or tracing()):

@@ -150,6 +150,7 @@ class Dispatcher:
         below = torch._C._ExcludeDispatchKeyGuard
         ours = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, KEY))
         seen = census.seen
+        compiling = torch.compiler.is_compiling
 
         def call(args: tuple, kwargs: dict) -> Any:
             with below(ours):
@@ -157,7 +158,7 @@ class Dispatcher:
 
         def run(*args: Any, **kwargs: Any) -> Any:
             state = local.__dict__
-            if state.get("busy") or not capturer.enabled or hooks_local.__dict__.get("busy"):
+            if state.get("busy") or not capturer.enabled or hooks_local.__dict__.get("busy") or compiling():
                 return call(args, kwargs)
             seen(op)
             if tracker_local.__dict__.get("skip"):  # inside a step that is not selected
@@ -334,9 +335,15 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
                 if qualified in dispatcher.pending:
                     with dispatcher._lock:
                         dispatcher._bind(qualified)
-            if name not in dispatcher.bound and not busy():  # ikdata's own copies are not the program's
+            if name not in dispatcher.bound and not busy() and not name.startswith("ikdata::"):  # not ours
                 self.counts[name] = self.counts.get(name, 0) + 1
             return func(*args, **(kwargs or {}))
+
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            """torch.compile compiles under this mode as it would without it (a mode that does not say so makes
+            Dynamo skip every frame); the mode sees the compiled code's calls that reach the dispatcher."""
+            return True
 
         def flush(self) -> None:
             for name, n in self.counts.items():

@@ -114,7 +114,11 @@ class Capturer:
         self._left: dict[tuple[str, str], list[int]] = {}
         from ikdata.capture import dispatch
 
+        self.patched: dict[Any, tuple[str, Handler]] = {}  # original function -> (label, handler): compiled graphs' taps
         self.dispatch = dispatch.install(self)  # ops at the dispatcher (torch.library), the census's survey
+        from ikdata.capture import compiled
+
+        self.compiled = compiled.install(self)  # compiled regions counted, ops inside compiled graphs tapped
 
     # -- the adapter API ------------------------------------------------------------------------
 
@@ -132,19 +136,22 @@ class Capturer:
         busy_local = self._local
         step_left = self._left.setdefault((label, "step"), [0])  # calls left in steps not selected
         budget_left = self._left.setdefault((label, "budget"), [0])  # calls left once the byte budget was full
-        compiling, dynamo_tracing = _compiling_test(), _dynamo_test()
-        _EAGER.prepare()
+        compiling = _compiling_test()
         op_local = self.dispatch.local
-        superseded = self.dispatch.supersedes(label)  # compiled code reaches the op's kernel: no graph break
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                # Dynamo or AOT is tracing: it sees the original call and nothing of capture (no graph break,
+                # no thread-local read traced), so the compiled graph is the one compiled without capture.
+                # What the compiled graph runs is counted and recorded by ikdata.capture.compiled.
+                return original(*args, **kwargs)
             if tracker_local.skip:  # a step not selected: the call, counted in the census, and nothing else
                 out = original(*args, **kwargs)
                 if not busy_local.busy:
                     (step_left if capturer.enabled else budget_left)[0] += 1  # a plain increment (no lock)
                 return out
-            if capturer.enabled and not compiling():
+            if capturer.enabled:
                 # The dispatcher path records the op this function runs, if it maps it, under this label;
                 # the handler runs only for what it left (``claimed``), counted under that op (``inner``).
                 state = op_local.__dict__
@@ -159,21 +166,13 @@ class Capturer:
                     capturer._dispatch(handler, label, (args, kwargs, out), op=inner)
                 return out
             out = original(*args, **kwargs)
-            if capturer.enabled and not tracker_local.skip:
-                if dynamo_tracing():
-                    # Dynamo is tracing: break the graph here so the capture runs eagerly, on the
-                    # real tensors, each time the compiled code runs. With capture off, Dynamo
-                    # guards on ``enabled`` and the graph has no break.
-                    if not superseded:
-                        _EAGER.dispatch(capturer, handler, label, (args, kwargs, out))
-                elif not compiling():  # AOT/export tracing runs on fake tensors: nothing to capture
-                    capturer._dispatch(handler, label, (args, kwargs, out))
-            elif not busy_local.busy:  # counted in the census, with why it was left
+            if not busy_local.busy:  # counted in the census, with why it was left
                 # a plain increment (no lock): these are the calls capture must not slow down
                 (step_left if capturer.enabled else budget_left)[0] += 1
             return out
 
         wrapper.__ikdata_original__ = original  # type: ignore[attr-defined]
+        self.patched[original] = self.patched[wrapper] = (label, handler)  # Dynamo's graphs name either
         setattr(owner, name, wrapper)
         self._patches.append((owner, name, original))
 
@@ -453,7 +452,9 @@ class Capturer:
             raise error
 
     def count_left(self) -> None:
-        """Hand the calls patched functions left in unselected steps to the census (counted without a lock)."""
+        """Hand the calls patched functions left in unselected steps, and compiled regions' calls, to the census
+        (counted without a lock)."""
+        self.compiled.count()
         for (label, reason), cell in list(self._left.items()):  # the wrappers hold the cells: subtract, never swap
             n = cell[0]
             if n:
@@ -486,12 +487,13 @@ class Capturer:
         self.tracker._lock = threading.Lock()
         self.captured, self.refused, self.failures, self.unstepped = {}, {}, [], {}
         self._shutdown_pid = None
-        for cell in self._left.values():  # the parent's calls are the parent's to count
+        for cell in [*self._left.values(), *self.compiled.regions.values()]:  # the parent's calls are the parent's
             cell[0] = 0
 
     def uninstall(self) -> None:
         """Restore every patched function and interposed op (tests)."""
         self.count_left()
+        self.compiled.uninstall()
         self.dispatch.uninstall()
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
@@ -515,61 +517,6 @@ def _compiling_test() -> Callable[[], bool]:
         return torch.compiler.is_compiling
     except (ImportError, AttributeError):
         return lambda: False
-
-
-def _dynamo_test() -> Callable[[], bool]:
-    """torch.compiler.is_dynamo_compiling: True only while Dynamo traces Python bytecode."""
-    try:
-        import torch.compiler
-
-        return torch.compiler.is_dynamo_compiling
-    except (ImportError, AttributeError):
-        return lambda: False
-
-
-def _dispatch_eagerly(capturer: Capturer, handler: Handler, label: str, call: tuple) -> None:
-    capturer._dispatch(handler, label, call)
-
-
-class _EagerDispatch:
-    """:meth:`Capturer._dispatch` marked for torch.compile to run eagerly (a graph break), never traced.
-
-    ``torch.compiler.disable`` imports ``torch._dynamo`` (about 1.5 s), which a program that
-    never compiles must not pay. So the marked function is built only once Dynamo is loaded:
-    at patch time if it already is, else right after the program imports it (an import hook
-    for that one module name), which is always before Dynamo can trace anything.
-    """
-
-    def __init__(self) -> None:
-        self._marked: Callable[..., None] | None = None
-        self._watching = False
-
-    def prepare(self) -> None:
-        if self._marked is not None:
-            return
-        if "torch._dynamo" in sys.modules:
-            self._build()
-        elif not self._watching:
-            self._watching = True
-            import ikdata_boot
-
-            ikdata_boot.watch(self._build, "torch._dynamo")  # the one import watcher (ikdata_boot)
-
-    def _build(self) -> None:
-        try:
-            import torch.compiler
-
-            self._marked = torch.compiler.disable(_dispatch_eagerly, recursive=True)
-        except (ImportError, AttributeError):
-            self._marked = _dispatch_eagerly
-
-    def dispatch(self, capturer: Capturer, handler: Handler, label: str, call: tuple) -> None:
-        if self._marked is None:  # Dynamo traces only after its import, which built it: a safety net
-            self._build()
-        self._marked(capturer, handler, label, call)  # type: ignore[misc]
-
-
-_EAGER = _EagerDispatch()
 
 
 def _is_tensor(value: Any) -> bool:
