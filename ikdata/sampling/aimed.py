@@ -17,6 +17,15 @@ A penalty skipped, applied twice, to the wrong tokens or with its sign flipped m
 from their expectation. Each stratum is one more test of the definition's Bonferroni split.
 Bans (no-repeat-ngram, bad words, min length, min new tokens) need no stratum: a banned token
 drawn is outside the kept set at that very position.
+
+Top-p has a stratum of its own, the mass at the cut (:data:`TOP_P`, :func:`top_p_stratum`): at every
+judged position where top-p < 1 is declared, the kept tokens (in order of probability) whose kept mass
+before them is already at least ``top_p`` of the kept set's mass. They are the tail a cut at ``top_p``
+keeps and any tighter cut drops: top-p applied as top-p² keeps tokens while the mass before them is
+< p², and the mass before each of these is at least ``p * M >= p²`` (M >= p, the kept set's share of the
+distribution the cut is taken on), so such an engine never draws them, where about ``1 - p`` of the draws
+should. The pooled PIT test sees that only as a small shift of its tail; this test sees zero hits
+against tens expected after a few hundred draws.
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ import numpy as np
 
 PROMPT = "prompt tokens"
 OUTPUT = "output tokens"
-STRATA = (PROMPT, OUTPUT)
+TOP_P = "top-p cut"
+STRATA = (PROMPT, OUTPUT, TOP_P)
 EXACT_MAX = 20_000  # positions up to which the Poisson-binomial tail is computed exactly
 DIGITS = 6  # p rounded in the record (a report holds one number per aimed position)
 WIDTH = 1024  # kept sets up to this size are read from one partition of the whole chunk
@@ -141,6 +151,48 @@ def strata(extras: Any, drawn: np.ndarray, judged: np.ndarray, vocab: int,
     return found
 
 
+def top_p_stratum(top_p: np.ndarray, drawn: np.ndarray, judged: np.ndarray,
+                  blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    """The top-p stratum (:data:`TOP_P`): the mass at the cut at each judged position with top-p < 1, and how
+    many draws hit it.
+
+    ``top_p``: the declared top-p per position; ``judged``: the positions judged with a real draw; ``blocks``:
+    kept distributions (:func:`kept_blocks`; a position met twice counts once). The tokens of the stratum at a
+    position are the kept ones, in order of probability, whose kept mass before them is at least ``top_p``:
+    a set fixed by the expected distribution alone, so under it the hits follow the Poisson-binomial law of
+    :func:`two_sided_p` whatever the engine's order of warpers.
+
+    Returns ``{TOP_P: {"p": [...], "hits": n}}``, or {} when no position has mass there.
+
+    Example:
+        >>> probs = np.array([[0.5, 0.3, 0.15, 0.05]])
+        >>> top_p_stratum(np.array([0.9]), np.array([3]), np.array([True]),
+        ...               [(np.array([0]), np.arange(4)[None, :], probs)])
+        {'top-p cut': {'p': [0.05], 'hits': 1}}
+    """
+    top_p = np.asarray(top_p, np.float64)
+    masses: list[float] = []
+    hits = 0
+    seen: set[int] = set()
+    for rows, ids, probs in blocks:
+        rows = np.asarray(rows, np.int64)
+        use = judged[rows] & (top_p[rows] < 1) & np.array([int(r) not in seen for r in rows], bool)
+        if not use.any():
+            continue
+        rows, ids, probs = rows[use], np.asarray(ids)[use], np.asarray(probs, np.float64)[use]
+        seen.update(int(r) for r in rows)
+        order = np.argsort(-probs, axis=1, kind="stable")
+        probs, ids = np.take_along_axis(probs, order, axis=1), np.take_along_axis(ids, order, axis=1)
+        before = np.cumsum(probs, axis=1) - probs
+        band = (probs > 0) & (before >= top_p[rows][:, None] * probs.sum(axis=1, keepdims=True))
+        mass = np.round((probs * band).sum(axis=1), DIGITS)
+        hit = (band & (ids == drawn[rows][:, None])).any(axis=1)
+        keep = (mass > 0) & (mass < 1)
+        masses += [float(v) for v in mass[keep]]
+        hits += int(hit[keep].sum())
+    return {TOP_P: {"p": masses, "hits": hits}} if masses else {}
+
+
 def poisson_binomial_pmf(p: Sequence[float]) -> np.ndarray:
     """The exact distribution of the number of successes of independent Bernoulli(p_i) (by convolution)."""
     pmf = np.zeros(len(p) + 1)
@@ -178,10 +230,12 @@ def aimed_test(name: str, p: Sequence[float], hits: int, *, alpha: float) -> dic
 
 def describe(test: Mapping[str, Any]) -> str:
     """One line: the stratum, how many draws hit its tokens against how many were expected, p-value vs alpha."""
-    return (f"aimed test at the {test['n']} position(s) where a penalty touches {test['stratum']}: {test['hits']} "
+    where = ("a top-p cut is declared (the tokens past top-p of the kept mass)" if test["stratum"] == TOP_P
+             else f"a penalty touches {test['stratum']}")
+    return (f"aimed test at the {test['n']} position(s) where {where}: {test['hits']} "
             f"draw(s) of those tokens, expected {test['expected']:.1f} (sd {test['sd']:.1f}), p = "
             f"{test['p_value']:.3g} vs alpha {test['alpha']:.3g}")
 
 
-__all__ = ["EXACT_MAX", "OUTPUT", "PROMPT", "STRATA", "aimed_test", "describe", "kept_blocks", "kept_of",
-           "poisson_binomial_pmf", "strata", "two_sided_p"]
+__all__ = ["EXACT_MAX", "OUTPUT", "PROMPT", "STRATA", "TOP_P", "aimed_test", "describe", "kept_blocks", "kept_of",
+           "poisson_binomial_pmf", "strata", "top_p_stratum", "two_sided_p"]
