@@ -164,7 +164,7 @@ def repair(path: DatasetArg, json_: JsonOpt = False, quiet: QuietOpt = False) ->
     report = repair_dataset(path)
 
     def human() -> None:
-        if not report.changed:
+        if not report.changed and report.ok:
             out.info(f"{path}: nothing to repair")
         if report.import_recovery == "rolled-forward":
             out.info(f"{path}: finished an import that was killed after its commit point")

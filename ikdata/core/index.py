@@ -626,31 +626,13 @@ def _open_ours(path: Path, st: os.stat_result, key: bytes) -> sqlite3.Connection
     return connection
 
 
-_STALE_TEMP_S = 3600  # a build's temp file older than this belongs to a killed build (builds take seconds)
-
-
 def _sweep_temps(root: Path) -> list[str]:
-    """Remove the temp files (and their SQLite sidecars) a killed build left in the dataset: regular files of
-    this user, untouched for :data:`_STALE_TEMP_S`; a live build's are younger. Returns their names."""
-    import time
+    """Remove the temp files (and their SQLite sidecars) a killed build left in the dataset, by the one temp-file
+    rule (:func:`ikdata.core.paths.sweep_temps`: a dead writer's at once, any other's once stale); a live build's
+    stay. Returns their names."""
+    from ikdata.core.paths import sweep_temps
 
-    removed = []
-    now = time.time()
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.name.startswith(".tmp-index-"):
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and now - st.st_mtime > _STALE_TEMP_S:
-                os.unlink(entry.path)
-                removed.append(entry.name)
-        except OSError:
-            continue
-    return removed
+    return sweep_temps(root)
 
 
 def _build(root: Path, path: Path, key: bytes, files: dict[str, str]) -> tuple[Index, RefreshResult]:
@@ -660,8 +642,10 @@ def _build(root: Path, path: Path, key: bytes, files: dict[str, str]) -> tuple[I
 
     import secrets
 
+    from ikdata.core.paths import temp_prefix
+
     _sweep_temps(root)
-    fd, temp = tempfile.mkstemp(prefix=".tmp-index-", suffix=".sqlite", dir=root)  # O_EXCL: never a link
+    fd, temp = tempfile.mkstemp(prefix=temp_prefix("index"), suffix=".sqlite", dir=root)  # O_EXCL: never a link
     try:
         os.fchmod(fd, 0o600)  # private to its user (SQLite gives the WAL and shared memory the same mode)
         built = os.fstat(fd)  # the inode the index keeps when renamed into place: part of its tag

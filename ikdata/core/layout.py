@@ -36,6 +36,7 @@ from ikdata.core.dataset import IKDATA, RECEIPTS, Dataset, detect_layout
 from ikdata.core.digest import line_prefix_digests
 from ikdata.core.errors import FileSystemError, ProblemsFound, RecordError, UsageError
 from ikdata.core.locking import dataset_lock, refuse_remote
+from ikdata.core.record_kinds import KINDS
 from ikdata.core.store import write_atomic
 
 GC_MARKER = ".ikdata-gc.json"
@@ -237,6 +238,11 @@ def _grew_from(path: Path, digest: str) -> bool:
     return any(found == digest for _, found in line_prefix_digests(path.read_bytes()))
 
 
+# The record folders of JSON Lines files whose torn and malformed lines repair sets aside: every kind of one
+# record per line kept in a folder (workload rows, capture census, a family's trajectories).
+_LINE_FOLDERS = tuple(dict.fromkeys(k.top for k in KINDS if k.folder and k.suffix == ".jsonl"))
+
+
 # -- repair -----------------------------------------------------------------------------------------
 
 
@@ -264,16 +270,18 @@ class RepairReport:
     definitions_reordered: tuple[str, ...] = ()
     pack_indexes: tuple[str, ...] = ()  # pack indexes rebuilt from their packs (ikdata.core.packs)
     disagreeing_set_aside: int = 0  # later receipts contradicting a uuid's first (ikdata.core.repeats)
+    temps_removed: tuple[str, ...] = ()  # killed writers' temp files (ikdata.core.paths.sweep_temps)
+    unknown: tuple[str, ...] = ()  # files no record kind describes: left alone, for the user to move out
 
     @property
     def changed(self) -> bool:
         return bool(self.lines or self.import_recovery or self.gc_deleted is not None or self.manifest
-                    or self.definitions_reordered or self.pack_indexes)
+                    or self.definitions_reordered or self.pack_indexes or self.temps_removed)
 
     @property
     def ok(self) -> bool:
-        """Everything found was finished (nothing refused)."""
-        return not self.refusals
+        """Everything found was finished (nothing refused, no file left that ikdata cannot vouch for)."""
+        return not self.refusals and not self.unknown
 
     def notes(self) -> list[str]:
         """One line per thing done or refused beyond imports and torn lines (those have their own)."""
@@ -293,6 +301,11 @@ class RepairReport:
             notes.append(f"wrote the missing {manifest.MANIFEST}")
         notes += [f"left {manifest.MANIFEST} as it is: {reason}" for reason in self.refusals]
         notes += [f"rebuilt {rel} from its pack" for rel in self.pack_indexes]
+        if self.temps_removed:
+            notes.append(f"removed {len(self.temps_removed)} temporary file(s) of killed writers "
+                         f"({', '.join(self.temps_removed[:5])}{', ...' if len(self.temps_removed) > 5 else ''})")
+        notes += [f"{rel}: no record kind describes it and no writer of ikdata makes it; repair leaves it alone: "
+                  "move it out of the dataset (or delete it), then run 'ikdata validate'" for rel in self.unknown]
         return notes
 
     def to_dict(self) -> dict:
@@ -302,7 +315,8 @@ class RepairReport:
                 "receipts_set_aside": self.receipts_set_aside,
                 "disagreeing_set_aside": self.disagreeing_set_aside, "gc_deleted": self.gc_deleted,
                 "manifest": self.manifest, "refusals": list(self.refusals), "notes": self.notes(),
-                "definitions_reordered": list(self.definitions_reordered), "pack_indexes": list(self.pack_indexes)}
+                "definitions_reordered": list(self.definitions_reordered), "pack_indexes": list(self.pack_indexes),
+                "temps_removed": list(self.temps_removed), "unknown": list(self.unknown)}
 
 
 def repair_dataset(path: str | os.PathLike) -> RepairReport:
@@ -320,6 +334,8 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
     """
     from ikdata.core.definitions import reorder_definitions
     from ikdata.core.journal import recover
+    from ikdata.core.paths import sweep_temps
+    from ikdata.core.record_checks import unknown_files
 
     root = Path(path)
     if not root.is_dir():
@@ -330,7 +346,9 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
 
         pack_indexes = repair_packs(root)  # derived data: rebuilt first, so the blob set is judged through good indexes
         state = manifest_state(root)  # judged on the files as the writers left them, before any other repair
-        files = sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []
+        temps = sweep_temps(root, recursive=True)  # killed writers' temp files, by the one rule (core.paths)
+        files = [f for top in _LINE_FOLDERS for f in (sorted((root / top).rglob("*.jsonl"))
+                                                       if (root / top).is_dir() else [])]
         files += [root / f for f in (RECEIPTS, "results/captures.jsonl", "captures.jsonl") if (root / f).is_file()]
         results = [r for r in (jsonl.repair(f) for f in files) if r.removed_lines]
         orphans = _orphan_receipt_lines(root) if detect_layout(root) == IKDATA else []
@@ -345,8 +363,10 @@ def repair_dataset(path: str | os.PathLike) -> RepairReport:
                                       and (results or gc_deleted is not None or reordered or pack_indexes)):
             manifest.write(root)
             written = "rolled-forward" if has_manifest else "written"
+        unknown = tuple(p.path for p in unknown_files(root)) if detect_layout(root) == IKDATA else ()
     return RepairReport(tuple(results), recovery, len(orphans), gc_deleted, written, state.refusals,
-                        tuple(reordered), pack_indexes, len(disagreeing))
+                        tuple(reordered), pack_indexes, len(disagreeing), tuple(t.replace(os.sep, "/") for t in temps),
+                        unknown)
 
 
 def pending_repair(root: str | os.PathLike, *, manifest_stale: bool | None = None) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Collection, Iterable
@@ -98,6 +99,87 @@ def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 
         os.close(fd)
         raise
     return fd
+
+
+# -- temporary files: one rule for every writer -------------------------------------------------------------
+
+TEMP_PREFIX = ".tmp-"  # every temporary file a writer makes in a dataset starts so (the manifest never lists one)
+TEMP_GRACE_S = 3600  # a temp file untouched this long belongs to a killed writer, wherever it ran
+_TEMP_OWNER = re.compile(r"\.tmp-(?:[a-z]+-)?([0-9]+)\.([0-9a-f]{8})-")  # .tmp-[KIND-]PID.HOST-...
+
+
+def _host_tag() -> str:
+    import socket
+
+    from ikdata.core.digest import bytes_digest
+
+    return bytes_digest(socket.gethostname().encode())[:8]
+
+
+def temp_prefix(kind: str = "") -> str:
+    """The name a writer's temporary file starts with: ``.tmp-[KIND-]PID.HOST-`` (``HOST``: 8 hex digits of the
+    host name's digest), so a sweep can tell a dead writer's file from a live one's (:func:`stale_temp`)."""
+    return f"{TEMP_PREFIX}{kind + '-' if kind else ''}{os.getpid()}.{_host_tag()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def stale_temp(name: str, mtime: float, now: float) -> bool:
+    """Whether a temp file (``name`` starts with :data:`TEMP_PREFIX`) belongs to no live writer: its name says it
+    was made on this host by a process that is gone, or it is older than :data:`TEMP_GRACE_S` (a writer on
+    another host, or a name from before the rule). A live writer's file, here or elsewhere, is never stale."""
+    if not name.startswith(TEMP_PREFIX):
+        return False
+    owner = _TEMP_OWNER.match(name)
+    if owner is not None and owner.group(2) == _host_tag():
+        pid = int(owner.group(1))
+        if pid == os.getpid() or _alive(pid):
+            return now - mtime > TEMP_GRACE_S * 24  # a pid reused by a long-lived process: a day, then go
+        return True
+    return now - mtime > TEMP_GRACE_S
+
+
+def sweep_temps(folder: str | os.PathLike, *, recursive: bool = False, remove: bool = True) -> list[str]:
+    """Remove the stale temp files (:func:`stale_temp`) in ``folder`` (and its subfolders with ``recursive``,
+    never into a linked folder or the dataset's own state ``.ikdata-*``); only regular files of this user are
+    touched. Called by ``ikdata repair`` over the whole dataset and by each writer on its own folder before it
+    writes, so a killed writer's leftovers go at the next run. Returns the removed paths, relative to ``folder``
+    (with ``remove=False``: the paths it would remove, for validate)."""
+    import time
+
+    now, removed = time.time(), []
+    user = os.geteuid()
+    stack = [Path(folder)]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if recursive and entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith(_STATE_PREFIXES[0]):
+                        stack.append(Path(entry.path))
+                    continue
+                if not entry.name.startswith(TEMP_PREFIX):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == user and stale_temp(entry.name, st.st_mtime, now):
+                    if remove:
+                        os.unlink(entry.path)
+                    removed.append(os.path.relpath(entry.path, folder))
+            except OSError:
+                continue
+    return sorted(removed)
 
 
 class TooLarge(RecordError):
@@ -300,5 +382,6 @@ def resolve(root: str | os.PathLike, relative: object, *, where: str | None = No
     return PathResolver(root).resolve(relative, where=where)
 
 
-__all__ = ["PathResolver", "RECORD_FILES", "RECORD_TOPS", "TooLarge", "UNSAFE", "UnsafePath", "check_text",
-           "not_regular", "open_regular", "read_capped", "record_path_refusal", "resolve", "special_kind", "text_refusal"]
+__all__ = ["PathResolver", "RECORD_FILES", "RECORD_TOPS", "TEMP_GRACE_S", "TEMP_PREFIX", "TooLarge", "UNSAFE", "UnsafePath", "check_text",
+           "not_regular", "open_regular", "read_capped", "record_path_refusal", "resolve", "special_kind", "stale_temp", "sweep_temps", "temp_prefix",
+           "text_refusal"]

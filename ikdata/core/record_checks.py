@@ -44,6 +44,40 @@ def pattern_problem(relative: str) -> Problem | None:
                    "ikdata, so it is not read (move it out of the dataset)", code="misnamed-record")
 
 
+def unknown_files(root: str | os.PathLike) -> list[Problem]:
+    """A problem for each file under a record folder (``definitions/``, ``workloads/``, ``reports/``, ``census/``,
+    a family's) that no record kind describes and no writer of ikdata leaves there (a set-aside ``.rejected``,
+    a replay journal, a temp file): nothing reads, checks or vouches for it, yet push and clone would carry it.
+    Linked folders are not entered (the path rule names them elsewhere)."""
+    from ikdata.core.paths import TEMP_PREFIX
+    from ikdata.core.record_kinds import BESIDE_RECORDS, KINDS, RECORD_TOPS, kind_of
+
+    root = os.fspath(root)
+    kinds = ", ".join(dict.fromkeys(f"{k.top}/*{k.suffix}" if k.folder else k.top for k in KINDS))
+    found: list[Problem] = []
+    for top in RECORD_TOPS:
+        stack = [os.path.join(root, top)]
+        if not os.path.isdir(stack[0]) or os.path.islink(stack[0]):
+            continue
+        while stack:
+            try:
+                entries = sorted(os.scandir(stack.pop()), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                relative = os.path.relpath(entry.path, root).replace(os.sep, "/")
+                if entry.name.startswith(TEMP_PREFIX) or kind_of(relative) is not None \
+                        or any(re.fullmatch(p, relative) for p in BESIDE_RECORDS):
+                    continue
+                found.append(Problem(shown(relative), f"no record kind describes this file and no writer of ikdata "
+                                     f"makes it (record files: {kinds}); nothing checks it, yet push and "
+                                     "clone would carry it: move it out of the dataset", code="unknown-file"))
+    return found
+
+
 def check_file(kind: str, path: str | os.PathLike, *, display: str, dataset: str | os.PathLike | None = None,
                lines: bool = True) -> list[Problem]:
     """Every problem of one record file against the schema ``kind``: torn, malformed or overlong lines of a JSON
@@ -82,4 +116,4 @@ def checked_records(kind: str, path: str | os.PathLike, problems: list[Problem],
             yield line, record
 
 
-__all__ = ["MAX_JSON_BYTES", "MAX_LINE_BYTES", "check_file", "checked_records", "pattern_problem", "shown"]
+__all__ = ["MAX_JSON_BYTES", "MAX_LINE_BYTES", "check_file", "checked_records", "pattern_problem", "shown", "unknown_files"]

@@ -29,6 +29,11 @@ KINDS: tuple[RecordKind, ...] = (
                pattern=rf"census/{RUN_NAME}\.jsonl"),
 ) + features.kinds()  # and every kind a feature package declares (diffusion's trajectories and model records)
 
+# Files ikdata's own writers leave beside record files that are no records themselves: lines a repair set aside
+# (``FILE.rejected``), a running replay's journal of cases (``reports/<report>.json.journal``, read back by
+# :mod:`ikdata.replay.report`). Temporary files follow one rule of their own (:mod:`ikdata.core.temp`).
+BESIDE_RECORDS: tuple[str, ...] = (r".+\.rejected", r"reports/[^/]+\.json\.journal")
+
 RECORD_TOPS: tuple[str, ...] = tuple(dict.fromkeys(k.top.split("/")[0] for k in KINDS if k.folder))
 RECORD_FILES: tuple[str, ...] = tuple(k.top for k in KINDS if not k.folder)
 
@@ -44,4 +49,4 @@ def describe() -> str:
     return f"{' or '.join(RECORD_FILES)} or a .json/.jsonl file under {folders}"
 
 
-__all__ = ["KINDS", "RECORD_FILES", "RECORD_TOPS", "RUN_FIELD", "RUN_NAME", "RecordKind", "describe", "kind_of"]
+__all__ = ["BESIDE_RECORDS", "KINDS", "RECORD_FILES", "RECORD_TOPS", "RUN_FIELD", "RUN_NAME", "RecordKind", "describe", "kind_of"]

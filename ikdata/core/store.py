@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 from ikdata.core.digest import tensor_digest, tensor_prefix
 from ikdata.core.errors import BlobCorrupted, BlobNotFound, FileSystemError, StoreError
-from ikdata.core.paths import open_regular
+from ikdata.core.paths import open_regular, temp_prefix
 from ikdata.core.records import TensorRef
 from ikdata.core.safetensors_format import (BLOB_KEY, DTYPES, MAX_HEADER_BYTES, FormatError, TensorEntry,
                                        encode_header, parse_header)
@@ -117,10 +117,11 @@ FILE_MODE = 0o666 & ~_process_umask()
 
 
 def make_temp(folder: Path) -> tuple[int, str]:
-    """A unique temp file in ``folder`` (open descriptor, path), with the umask's mode, not 0600."""
+    """A unique temp file in ``folder`` (open descriptor, path), with the umask's mode, not 0600; named by the
+    one temp-file rule (:func:`ikdata.core.paths.temp_prefix`), so a killed writer's is swept."""
     import tempfile  # here: it imports shutil, random, bz2 and lzma, which read-only commands never use
 
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), dir=folder)
     try:
         os.fchmod(fd, FILE_MODE)
     except BaseException:

@@ -312,6 +312,7 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
 
     if ds.layout == "ikdata":
         _check_reports(ds, problems)
+        problems += _unexplained_files(ds)
     if ds.layout == "ikdata" and not (ds.root / "ikdata.json").exists():
         problems.append(_missing_manifest(ds))
     if ds.layout == "ikdata" and (ds.root / "ikdata.json").exists():
@@ -364,6 +365,23 @@ def _schema_problems(ds: Dataset) -> list[Problem]:
             problems += check_file(kind.schema, path, display=ds.rel(path), dataset=ds.root,
                                    lines=kind.suffix == ".jsonl")
     return problems
+
+
+def _unexplained_files(ds: Dataset) -> list[Problem]:
+    """Files in record folders that no record kind describes (a binary saved as ``reports/x.jsonl``), and the
+    temp files of writers that were killed (the one temp-file rule, :func:`ikdata.core.paths.stale_temp`): each
+    named by its path, with what to do."""
+    import shlex
+
+    from ikdata.core.paths import sweep_temps
+    from ikdata.core.record_checks import shown, unknown_files
+
+    found = unknown_files(ds.root)
+    repair = f"ikdata repair {shlex.quote(str(ds.root))}"
+    for relative in sweep_temps(ds.root, recursive=True, remove=False):
+        found.append(Problem(shown(relative.replace(os.sep, "/")), f"a temporary file of a writer that was killed; "
+                             f"run '{repair}' to remove it", code="stale-temp"))
+    return found
 
 
 def _misnamed_definitions(ds: Dataset, problems: list[Problem]) -> dict[str, str]:
