@@ -164,8 +164,10 @@ def lineage(path, key: str | None, dot: bool, o: out.Output) -> int:
 
 
 def _cloned(note: dict) -> str:
-    """``cloned from SOURCE (id 3f2a9c..., at TIME)``: where the dataset was copied from."""
-    return f"cloned from {note['source']} (id {note['id'][:12]}, at {_when(note.get('at'))})"
+    """``cloned from SOURCE (id 3f2a9c..., at TIME)``: where the dataset was copied from, as its local note claims
+    (marked unverified: :data:`ikdata.core.origin.UNVERIFIED`)."""
+    claim = "; unverified local note" if note.get("verified") is False else ""
+    return f"cloned from {note['source']} (id {note['id'][:12]}, at {_when(note.get('at'))}{claim})"
 
 
 _REQUEST_SHOWN = 2000  # characters of a request payload in the text output; --json has all of it

@@ -13,11 +13,14 @@ top-level list named as the family is.
 
 from __future__ import annotations
 
+import codecs
+import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ikdata.core import features
 from ikdata.core.errors import RecordError
@@ -388,5 +391,136 @@ def read_report(path: str | os.PathLike) -> Report:
     return Report.from_json(data, path=str(path))
 
 
+class _Scanner:
+    """A JSON document read a chunk at a time: one value at a time is decoded (``json``'s C decoder), so a
+    report's cases can be taken one by one without holding the document or its parsed objects."""
+
+    _WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+    def __init__(self, handle: Any, chunk: int) -> None:
+        self.handle, self.chunk = handle, chunk
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.text, self.pos, self.eof = "", 0, False
+
+    def _more(self) -> bool:
+        """Read the next chunk (keeping what is not consumed yet); False at the end of the file."""
+        if self.eof:
+            return False
+        data = self.handle.read(self.chunk)
+        self.eof = not data
+        self.text = self.text[self.pos:] + self.decoder.decode(data, final=self.eof)
+        self.pos = 0
+        self.chunk = min(self.chunk * 2, 64 << 20)  # a value longer than a chunk: fewer retries as it grows
+        return not self.eof
+
+    def peek(self) -> str:
+        while True:
+            self.pos = self._WHITESPACE.match(self.text, self.pos).end()
+            if self.pos < len(self.text) or not self._more():
+                return self.text[self.pos:self.pos + 1]
+
+    def expect(self, char: str) -> None:
+        found = self.peek()
+        if found != char:
+            raise ValueError(f"expected {char!r}, found {found or 'the end of the file'!r}")
+        self.pos += 1
+
+    def value(self) -> Any:
+        self.peek()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError:
+                if not self._more():
+                    raise
+                continue
+            if end == len(self.text) and self._more():  # a number may go on in the next chunk
+                continue
+            self.pos = end
+            return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def iter_report(path: str | os.PathLike, *, chunk: int = 1 << 20) -> Iterator[tuple[str, Any]]:
+    """A replay report read as a stream, in file order: ``("header", (key, value))`` for each top-level field
+    but the cases, ``("case", (number, Case | RecordError))`` for each case. What one workload needs
+    (``ikdata lineage``) is read without holding the report: the caller stops at what it wants.
+
+    Each case is checked as :func:`read_report` checks it (bounds, schema, types); one that fails comes as a
+    RecordError located at ``/cases/N``, and the cases around it still come.
+
+    Raises:
+        RecordError: no file there, larger than :data:`MAX_REPORT_BYTES`, or not JSON where the stream got to.
+    """
+    path = Path(path)
+    number = -1
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_REPORT_BYTES:
+            raise RecordError(f"the replay report holds {size:,} bytes, more than the {MAX_REPORT_BYTES:,} ikdata "
+                              "reads", path=str(path))
+        with open(path, "rb") as handle:
+            scan = _Scanner(handle, chunk)
+            scan.expect("{")
+            if scan.peek() == "}":
+                return
+            while True:
+                key = scan.value()
+                if not isinstance(key, str):
+                    raise ValueError("expected a field name")
+                scan.expect(":")
+                if key != "cases":
+                    yield "header", (key, scan.value())
+                else:
+                    scan.expect("[")
+                    more = scan.peek() != "]"
+                    if not more:
+                        scan.pos += 1
+                    while more:
+                        number += 1
+                        yield "case", (number, _checked_case(scan.value(), str(path), number))
+                        following = scan.peek()
+                        if following not in (",", "]"):
+                            raise ValueError(f"expected ',' or ']' after a case, found {following!r}")
+                        scan.pos += 1
+                        more = following == ","
+                    number = -1
+                following = scan.peek()
+                if following == "}":
+                    return
+                if following != ",":
+                    raise ValueError(f"expected ',' or '}}' after a field, found {following or 'the end'!r}")
+                scan.pos += 1
+    except FileNotFoundError:
+        raise RecordError("no replay report here; run 'ikdata replay' on the dataset first", path=str(path)) from None
+    except (OSError, ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        why = "nested too deep" if isinstance(exc, RecursionError) else \
+            exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)  # its position is in a chunk, not the file
+        raise RecordError(f"cannot read the replay report: {why}; expected one JSON document", path=str(path),
+                          pointer=f"/cases/{number}" if number >= 0 else None) from None
+
+
+def _checked_case(data: Any, path: str, number: int) -> Case | RecordError:
+    """One streamed case, checked as :func:`read_report` checks a case, or the RecordError saying why not."""
+    from ikdata.core import schema
+
+    wrapper = {"torch": "", "device": "", "tolerances": {}, "cases": [data]}
+    problems = bound_problems(wrapper, path=path) or schema.check("report", wrapper, path=path)
+    if problems:
+        first = problems[0]
+        pointer = f"/cases/{number}" + (first.pointer or "")[len("/cases/0"):]
+        return RecordError(f"not a replay report case: {first.message}", path=path, pointer=pointer)
+    try:
+        return Case.from_json(data, path=path, pointer=f"/cases/{number}")
+    except RecordError as exc:
+        return exc
+
+
 __all__ = ["CASE_FIELDS", "Case", "Group", "MAX_DEPTH", "MAX_REPORT_BYTES", "MAX_UNKNOWN_BYTES", "Report", "TOO_SMALL",
-           "bound_problems", "case_fields", "read_report"]
+           "bound_problems", "case_fields", "iter_report", "read_report"]

@@ -2,7 +2,8 @@
 
 ``ikdata clone`` copies a dataset byte for byte, so the copy has the id of what it copied; where it came
 from is therefore kept beside the dataset, not in it: a state file like the lock and the index, which the
-manifest does not list (the id stays the same) and push never sends. ``ikdata lineage`` shows it.
+manifest does not list (the id stays the same) and push never sends. ``ikdata lineage`` shows it, marked
+unverified: anyone who can write the folder can write the note, and nothing checks it against its source.
 """
 
 from __future__ import annotations
@@ -18,6 +19,27 @@ from ikdata.core.problems import Problem
 
 ORIGIN_FILE = ".ikdata-origin.json"
 FORMAT = "ikdata-origin/1"
+MAX_ORIGIN_BYTES = 64 << 10
+# How a note is shown: local state beside the dataset, which anyone who can write the folder can write. Nothing
+# checks it against the source it names, so it is a claim, never a fact about the dataset (whose id is its own).
+UNVERIFIED = "unverified local note (.ikdata-origin.json): not part of the dataset, not checked against its source"
+
+
+def time_bounds() -> tuple[float, float]:
+    """The times (epoch seconds) a record may hold, as ``schemas/origin.schema.json`` bounds its ``at`` (the
+    manifest's parents share the bound): the one definition of a valid time that validate and lineage use."""
+    from ikdata.core.schema import load_schema
+
+    at = load_schema("origin")["properties"]["at"]
+    return float(at["minimum"]), float(at["maximum"])
+
+
+def valid_time(value: object) -> bool:
+    """Whether ``value`` is a time a record may hold: a number (not a bool) within :func:`time_bounds`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    low, high = time_bounds()
+    return low <= value <= high  # NaN compares false: not a time
 
 
 @dataclass(frozen=True)
@@ -31,6 +53,10 @@ class Origin:
 
     def to_dict(self) -> dict:
         return {"how": self.how, "source": self.source, "id": self.id, "at": self.at}
+
+    def shown(self) -> dict:
+        """:meth:`to_dict` as lineage shows it: marked as the unverified claim it is (:data:`UNVERIFIED`)."""
+        return {**self.to_dict(), "verified": False, "note": UNVERIFIED}
 
 
 def write_origin(root: str | os.PathLike, source: str, dataset_id: str) -> Origin:
@@ -52,6 +78,10 @@ def read_origin(root: str | os.PathLike) -> tuple[Origin | None, list[Problem]]:
     if not path.is_file() or path.is_symlink():
         return None, []
     try:
+        size = path.stat().st_size
+        if size > MAX_ORIGIN_BYTES:  # checked before reading: a clone writes a few hundred bytes
+            return None, [Problem(ORIGIN_FILE, f"{size:,} bytes, more than the {MAX_ORIGIN_BYTES:,} a clone's note "
+                                  "may hold; not read", code="origin")]
         record = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         return None, [Problem(ORIGIN_FILE, f"cannot be read ({exc}); expected the JSON a clone writes",
@@ -62,4 +92,4 @@ def read_origin(root: str | os.PathLike) -> tuple[Origin | None, list[Problem]]:
     return Origin(record["source"], record["id"], float(record["at"]), record["how"]), []
 
 
-__all__ = ["ORIGIN_FILE", "Origin", "read_origin", "write_origin"]
+__all__ = ["ORIGIN_FILE", "Origin", "UNVERIFIED", "read_origin", "time_bounds", "valid_time", "write_origin"]

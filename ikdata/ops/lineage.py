@@ -66,7 +66,7 @@ def trace(path: str | os.PathLike, key: str) -> list[Chain]:
     chains = _trace(path, key)
     origin, _ = read_origin(path)  # a broken note: said by the graph (ikdata lineage DIR), not per workload
     if origin is not None:
-        chains = [dataclasses.replace(c, cloned=origin.to_dict()) for c in chains]
+        chains = [dataclasses.replace(c, cloned=origin.shown()) for c in chains]  # a claim, marked unverified
     for family in _lineages(path):
         calls = family.calls({c.uuid for c in chains if c.call is None})
         chains = [dataclasses.replace(c, call=calls[c.uuid], call_line=family.line(calls[c.uuid]),
@@ -101,12 +101,12 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
         indexed = lookup(ds, key)  # the index: a few lookups and seeks, whatever the number of rows
         if indexed is not None and len({r.uuid for r in indexed[0]}) == 1:
             row, receipts_of = indexed[0][0], indexed[1]
-            return [_chain(row, receipts_of[-1] if receipts_of else None, _report_cases(ds).validations(row.uuid),
+            return [_chain(row, receipts_of[-1] if receipts_of else None, _report_validations(ds, row.uuid),
                            row.uuid, (), root=ds.root)]
     rows = {row.uuid: row for row in _rows(ds)}
     receipts = {r.uuid: r for r in _receipts(ds)}
-    cases = _report_cases(ds)
     if DIGEST_RE.match(key):
+        cases = _report_cases(ds)  # every workload that uses the blob: the report's cases by uuid
         uses: dict[str, list[str]] = {}
         for row in rows.values():
             for name, d in row.inputs.items():
@@ -129,7 +129,7 @@ def _trace(path: str | os.PathLike, key: str) -> list[Chain]:
     if len(matches) > 1:
         raise UsageError(f"{path}: {key!r} matches {len(matches)} workloads; give more of the uuid")
     uuid = matches[0]
-    return [_chain(rows.get(uuid), receipts.get(uuid), cases.validations(uuid), uuid, (), root=ds.root)]
+    return [_chain(rows.get(uuid), receipts.get(uuid), _report_validations(ds, uuid), uuid, (), root=ds.root)]
 
 
 def _bad_uuid(ds: Dataset, record: Any, display: str, line: int, pointer: str) -> bool:
@@ -239,6 +239,33 @@ def _report_cases(ds: Dataset) -> _ReportCases:
     return _ReportCases(found)
 
 
+def _report_validations(ds: Dataset, uuid: str) -> list[dict]:
+    """The report's case of one workload, read as a stream (:func:`ikdata.core.cases.iter_report`) that stops at
+    it: the report is never held whole, and a bad case after it (or a torn tail) does not hide it. A bad case
+    before it, or a report that cannot be read up to it, is named (file and JSON pointer) instead."""
+    from ikdata.core.cases import iter_report
+
+    if not ds.report_path.is_file():
+        return []
+    device = None
+    found: list[dict] = []
+    try:
+        for kind, item in iter_report(ds.report_path):
+            if kind == "header":
+                device = item[1] if item[0] == "device" and isinstance(item[1], str) else device
+                continue
+            number, case = item
+            if isinstance(case, RecordError):  # the first bad case is named: it may be this workload's
+                found[:] = found or [{"from": REPORT_VALIDATION, "reason": str(case)}]
+                continue
+            if case.uuid == uuid:
+                found.append(_summary(case.with_(device=case.device or device).to_json(), REPORT_VALIDATION))
+                break
+    except RecordError as exc:
+        found.append({"from": REPORT_VALIDATION, "reason": str(exc)})
+    return found
+
+
 @dataclass(frozen=True)
 class Node:
     """A dataset in the parent graph: its id, name, parents (each with when and how), and for a clone on this
@@ -276,7 +303,7 @@ class Graph:
                 source = node.cloned["source"]
                 lines.append(f'  "{_escape(source)}" [shape=note];')
                 lines.append(f'  "{node_id[:12]}" -> "{_escape(source)}" [style=dashed, '
-                             f'label="clone {_when(node.cloned["at"])}"];')
+                             f'label="clone {_when(node.cloned["at"])} (unverified local note)"];')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -307,7 +334,7 @@ def graph(path: str | os.PathLike) -> Graph:
         result.problems.extend(Problem(str(Path(where) / p.path), p.message, p.line, p.pointer, p.code)
                                for p in problems)
         result.nodes[node_id] = Node(node_id, record.get("name", "?"), parents, where,
-                                     origin.to_dict() if origin is not None else None)
+                                     origin.shown() if origin is not None else None)  # a claim, marked unverified
         for parent in parents:
             source = parent.get("source")
             found = manifest.read_parent(source)  # capped before reading; unreadable: a leaf
@@ -318,14 +345,18 @@ def graph(path: str | os.PathLike) -> Graph:
     return result
 
 
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+def _escape(text: Any) -> str:
+    return str(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _when(at: Any) -> str:
+    """A time for a label, or ``at ?`` for one outside the bounds a record may hold (the schema's, which
+    validate applies too: :func:`ikdata.core.origin.valid_time`): 1e20, negative, NaN, a string."""
     import time
 
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if isinstance(at, (int, float)) else ""
+    from ikdata.core.origin import valid_time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) if valid_time(at) else "at ?"
 
 
 __all__ = ["Chain", "Graph", "Node", "trace", "graph"]
