@@ -195,6 +195,11 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     _console("console").print(t)
 
 
+def is_terminal() -> bool:
+    """Whether stdout is a terminal: tables are drawn boxed there, as plain columns anywhere else."""
+    return _is_terminal()
+
+
 def _is_terminal() -> bool:
     try:
         return sys.stdout.isatty()

@@ -233,9 +233,15 @@ def _endpoint_environment(url: str, endpoint_url: Optional[str], profile: Option
 
 
 def _print_block(table_: Any) -> None:
-    """A family's summary table, then its notes whole, wrapped at spaces, indented under it."""
+    """A family's summary table, then its notes whole, wrapped at spaces, indented under it (in a pipe or a file:
+    plain columns, as ls and stats print)."""
     from rich.table import Table
 
+    if not out.is_terminal():
+        out.table(table_.title, table_.columns, table_.rows)
+        for line in table_.notes:
+            out.info(f"  {line}")
+        return
     table = Table(title=table_.title, title_justify="left")
     for column in table_.columns:
         table.add_column(column, no_wrap=True, overflow="ellipsis")
@@ -256,16 +262,26 @@ _LISTED = 20  # a definition with more cases lists only those that did not pass
 
 def _print_tables(report: Report, covered: frozenset[str] = frozenset()) -> None:
     """One table per definition, laid out for the terminal's width: columns are dropped or cut,
-    never wrapped (notes that do not fit are printed whole under the table). Definitions a family's
-    summary table lists (``covered``) are left to it."""
+    never wrapped (notes that do not fit are printed whole under the table). In a pipe or a file: plain
+    columns, every column kept and nothing cut, one line per case (as ls and stats print). Definitions a
+    family's summary table lists (``covered``) are left to it."""
+    import sys
+
     from rich.table import Table
 
     from ikdata.replay.summary import case_rows, fit_table
 
+    terminal = out.is_terminal()
     for name, rows in case_rows(report).items():
         if name in covered:
             continue  # a family's own table lists them
         shown = rows if len(rows) <= _LISTED else [r for r in rows if r[2] != Status.PASSED]
+        if not terminal:
+            layout = fit_table(shown, sys.maxsize)
+            out.table(f"{name}: {len(rows)} cases", layout.columns, layout.rows)
+            if len(shown) < len(rows):
+                out.info(f"  ({len(rows) - len(shown)} passed cases not listed; see the report)")
+            continue
         layout = fit_table(shown, out.console.width)
         table = Table(title=f"{name}: {len(rows)} cases", title_justify="left")
         for column in layout.columns:

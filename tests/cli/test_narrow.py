@@ -1,11 +1,38 @@
-"""The replay table at 80 columns (issue 11 item 9): columns are dropped or cut, never wrapped."""
+"""The replay table at 80 columns on a terminal (issue 11 item 9): columns are dropped or cut, never wrapped.
+(In a pipe it is plain columns, nothing cut: tests/ux/test_ux_replay_pipe.py.)"""
 
 from __future__ import annotations
 
-from cli_helpers import run_cli, trusted_definitions, write_replayable
+import os
+import pty
+import re
+import subprocess
+
+from cli_helpers import IKDATA, trusted_definitions, write_replayable
 from ikdata.replay.summary import CASE_COLUMNS, fit_table, table_width
 
 REASON = "output 'C': 8 of 8 elements (100.000%) fail"
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``ikdata ARGS`` with stdout on a pseudo-terminal (as a user at a terminal sees it), styles stripped."""
+    leader, follower = pty.openpty()
+    with subprocess.Popen([IKDATA, *args], stdout=follower, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "NO_COLOR": "1", "TERM": "xterm", **env}) as process:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the command ended
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        stderr = process.stderr.read()
+    os.close(leader)
+    stdout = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", b"".join(chunks).decode())
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout.replace("\r\n", "\n"), stderr)
 
 
 def test_replay_table_at_80_columns_keeps_every_row_on_one_line(tmp_path):
