@@ -26,7 +26,7 @@ output is regressed on the reference's (``engine = (1 + scale) * reference + off
 come from a jackknife over contiguous blocks of elements (so errors correlated within a row count once).
 A coefficient fails when it is both significant (more than ``t`` standard errors) and larger than one
 unit roundoff of the dtype (:data:`UNIT_ROUNDOFF`: the most a single rounding, in any direction, can bias
-a value), so an honest kernel that rounds once, anyhow, passes and a 1% scale error in bf16 (2.6 unit
+a value; for float32 and float64, 1/16 of rtol, which is far above it: :func:`systematic_floor`), so an honest kernel that rounds once, anyhow, passes and a 1% scale error in bf16 (2.6 unit
 roundoffs) fails on outputs of any magnitude. The relative RMS error must also stay within the rule's
 ``rtol`` (the bound each element meets away from zero), so outputs small enough that ``atol`` dominates
 are judged relative to their size. Outputs under ``min_elements`` finite elements are judged per element only.
@@ -61,7 +61,10 @@ UNIT_ROUNDOFF: dict[str, float] = {
 # The systematic-error test's settings (calibrated by tools/judge_calibration.py; docs/replay.md).
 # t: standard errors a coefficient must exceed (jackknife over ``blocks`` contiguous blocks: 31 degrees of
 # freedom; P(|t| > 6) is about 1e-6 for honest noise); min_elements: below it the test is not applied.
-SYSTEMATIC: dict[str, float] = {"t": 6.0, "blocks": 32, "min_elements": 256}
+# rtol_fraction: the floor is at least this share of the rule's rtol, for dtypes whose table lets an honest
+# kernel be far less accurate than one rounding (float32's 1e-4 covers approximated exp and rsqrt, TF32):
+# float32's floor is 6.25e-6, bf16's and fp16's stay one unit roundoff.
+SYSTEMATIC: dict[str, float] = {"t": 6.0, "blocks": 32, "min_elements": 256, "rtol_fraction": 1 / 16}
 
 EXACT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e8m0fnu")
 
@@ -110,6 +113,13 @@ def unit_roundoff(dtype: str) -> float | None:
     return UNIT_ROUNDOFF.get(dtype_name(dtype))
 
 
+def systematic_floor(dtype: str, rtol: float) -> float | None:
+    """The largest systematic error the test lets pass in ``dtype`` under a rule of ``rtol``: one unit
+    roundoff, or :data:`SYSTEMATIC` ``rtol_fraction`` of rtol where that is more; None for non-float dtypes."""
+    u = unit_roundoff(dtype)
+    return None if u is None else max(u, rtol * SYSTEMATIC["rtol_fraction"])
+
+
 # The metrics the systematic-error test records per output (docs/replay.md).
 SYSTEMATIC_METRICS = ("scale_error", "scale_error_t", "offset_error", "offset_error_t", "systematic_floor",
                       "systematic_t_bound", "detectable_scale_error", "relative_rms_bound")
@@ -126,15 +136,15 @@ def systematic_failures(dtype: str, metrics: Mapping[str, Any], rtol: float) -> 
     """Why an output's recorded systematic-error metrics fail the test, [] when they pass or are absent.
 
     torch-free, so import's re-check recomputes the verdict from a report. Bounds recorded looser than
-    the defaults (``systematic_t_bound`` above :data:`SYSTEMATIC`'s t, a floor above the dtype's unit
-    roundoff, a relative RMS bound above ``rtol``) are reasons too.
+    the defaults (``systematic_t_bound`` above :data:`SYSTEMATIC`'s t, a floor above :func:`systematic_floor`,
+    a relative RMS bound above ``rtol``) are reasons too.
 
     Example:
         >>> systematic_failures("bfloat16", {"scale_error": 0.01, "scale_error_t": 40.0}, 0.016)
         ['scale error +1% (engine vs reference; 40 standard errors; bound 0.391% and 6 standard errors)']
     """
     reasons: list[str] = []
-    floor = unit_roundoff(dtype)
+    floor = systematic_floor(dtype, rtol)
     if floor is None or "scale_error" not in metrics:
         return reasons
     t_bound = SYSTEMATIC["t"]
@@ -142,7 +152,7 @@ def systematic_failures(dtype: str, metrics: Mapping[str, Any], rtol: float) -> 
     if recorded_t is not None and recorded_t > t_bound:
         reasons.append(f"systematic_t_bound {recorded_t:g} is looser than the default {t_bound:g}")
     if recorded_floor is not None and recorded_floor > floor:
-        reasons.append(f"systematic_floor {recorded_floor:g} is looser than {dtype}'s unit roundoff {floor:g}")
+        reasons.append(f"systematic_floor {recorded_floor:g} is looser than {floor:g} ({dtype}, rtol {rtol:g})")
     for name, what in (("scale_error", "scale error {} (engine vs reference"),
                        ("offset_error", "offset error {} of the reference's RMS (")):
         value, t = _as_float(metrics.get(name)), _as_float(metrics.get(f"{name}_t"))
@@ -232,4 +242,4 @@ def seed_judge_for(definition_name: str, dtype: str) -> JudgeSpec | None:
 
 __all__ = ["DEFAULT_TOLERANCES", "EXACT", "EXACT_DTYPES", "JUDGE_BOUNDS", "JudgeSpec", "SEED_GDN_JUDGE", "SEED_GDN_PREFIX",
            "SYSTEMATIC", "SYSTEMATIC_METRICS", "Tolerance", "UNIT_ROUNDOFF", "dtype_name", "is_exact", "judge_for",
-           "seed_judge_for", "systematic_failures", "table", "tolerance_for", "unit_roundoff"]
+           "seed_judge_for", "systematic_failures", "systematic_floor", "table", "tolerance_for", "unit_roundoff"]

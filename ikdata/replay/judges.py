@@ -25,7 +25,7 @@ Beside the elementwise rule, every float output judged by a tolerance gets the s
 reference's, ``engine = (1 + scale_error) * reference + offset_error * rms(reference)``, each coefficient
 with its jackknife standard error over contiguous blocks, and the relative RMS error against ``rtol``. It
 records ``scale_error``, ``scale_error_t``, ``offset_error``, ``offset_error_t`` (t: the coefficient in
-standard errors), ``systematic_floor`` (the dtype's unit roundoff), ``systematic_t_bound``,
+standard errors), ``systematic_floor`` (:func:`ikdata.core.tolerances.systematic_floor`), ``systematic_t_bound``,
 ``relative_rms_bound`` and ``detectable_scale_error`` (the smallest scale error this output would fail).
 It adds reasons to a verdict; it never passes an output the elementwise rule fails.
 
@@ -43,7 +43,7 @@ import torch
 from ikdata.core import judge_registry, tolerances
 from ikdata.core.errors import DefinitionError
 from ikdata.core.tolerances import (DEFAULT_TOLERANCES, SYSTEMATIC, JudgeSpec, Tolerance, dtype_name, is_exact,
-                                    systematic_failures, unit_roundoff)
+                                    systematic_failures, systematic_floor)
 
 if TYPE_CHECKING:
     from ikdata.core.definitions import Definition
@@ -179,6 +179,14 @@ def _fit(sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scale, offset
 
 
+def _block_sums(values: torch.Tensor, blocks: int, size: int) -> torch.Tensor:
+    """The sums of ``values`` over ``blocks`` contiguous blocks of ``size`` (the last takes the rest too)."""
+    sums = values[:blocks * size].view(blocks, size).sum(dim=1)
+    if values.numel() > blocks * size:
+        sums[-1] += values[blocks * size:].sum()
+    return sums
+
+
 def systematic_metrics(reference: torch.Tensor, engine: torch.Tensor) -> dict[str, float] | None:
     """The systematic error of ``engine`` against ``reference`` (same shape): the regression
     ``engine - reference = offset + scale * reference`` over the finite pairs, and each coefficient's
@@ -201,9 +209,10 @@ def systematic_metrics(reference: torch.Tensor, engine: torch.Tensor) -> dict[st
     if n < SYSTEMATIC["min_elements"]:
         return None
     d = g - r
-    block = torch.arange(n, device=r.device) * blocks // n
-    columns = torch.stack([torch.ones_like(r), r, r * r, d, r * d], dim=1)
-    per_block = torch.zeros(blocks, 5, dtype=r.dtype, device=r.device).index_add_(0, block, columns)
+    size = n // blocks  # equal blocks; the last also takes the n % blocks elements left over
+    counts = torch.full((blocks,), float(size), dtype=r.dtype, device=r.device)
+    counts[-1] += n - size * blocks
+    per_block = torch.stack([counts] + [_block_sums(q, blocks, size) for q in (r, r * r, d, r * d)], dim=1)
     total = per_block.sum(0)
     if float(total[2]) == 0.0:
         return None
@@ -228,7 +237,7 @@ def _t(value: float, se: float) -> float:
 def _systematic_verdict(name: str, rule: Tolerance, actual: torch.Tensor, expected: torch.Tensor,
                         verdict: Verdict) -> Verdict:
     """``verdict`` with the systematic-error test's metrics and, when it fails, its reasons added."""
-    floor = unit_roundoff(rule.dtype)
+    floor = systematic_floor(rule.dtype, rule.rtol)
     if floor is None or actual.numel() < SYSTEMATIC["min_elements"]:
         return verdict
     found = systematic_metrics(actual, expected)
