@@ -35,15 +35,27 @@ def plotly() -> Any:
     return go
 
 
+# Control characters (C0 but tab, newline and carriage return; DEL; C1): a terminal that shows the page's
+# bytes (cat, less -r, a pager) would act on ESC, BEL or CSI; on the page they are shown as \xNN instead.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character as the visible ``\\xNN`` (a value from a report is data)."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 def escape(value: Any) -> str:
-    """A record value as HTML text or a quoted attribute value: always escaped."""
-    return html.escape(str(value), quote=True)
+    """A record value as HTML text or a quoted attribute value: always escaped, control characters made
+    visible (:func:`visible`)."""
+    return html.escape(visible(str(value)), quote=True)
 
 
 def label(value: Any) -> str:
     """A record value inside plotly text (titles, trace names, annotations): plotly reads a little HTML there
-    and decodes ``&lt;`` ``&gt;`` ``&amp;``, so escaping those shows the value as itself."""
-    return html.escape(str(value), quote=False)
+    and decodes ``&lt;`` ``&gt;`` ``&amp;``, so escaping those shows the value as itself; control characters
+    are made visible (:func:`visible`)."""
+    return html.escape(visible(str(value)), quote=False)
 
 
 def slug(value: Any) -> str:
@@ -217,5 +229,5 @@ class FamilySection:
 
 
 __all__ = ["NOT_A_NUMBER", "CaseView", "Checks", "FamilySection", "Part", "axes", "escape", "is_number", "label",
-           "log_values", "plotly", "reason_text", "slug",
+           "log_values", "plotly", "reason_text", "slug", "visible",
            "zeros_on_log_axis"]
