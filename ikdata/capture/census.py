@@ -207,6 +207,21 @@ def write(state_dir: str | None, into: str | None, run: str | None = None) -> Pa
         return None
 
 
+def keep(root: str | os.PathLike, run: str, records: Iterable[dict[str, Any]]) -> Path:
+    """Keep a run's census records (one line per process) in the dataset as ``census/<run>.jsonl``, atomically
+    (written whole beside it, then renamed); the temp files a killed keeper left there go first (the one temp-file
+    rule, :func:`ikdata.core.paths.sweep_temps`). Returns the file."""
+    from ikdata.core import jsonl
+    from ikdata.core.paths import sweep_temps
+    from ikdata.core.store import write_atomic
+
+    target = Path(root) / DATASET_DIR / f"{run}.jsonl"
+    if target.parent.is_dir():
+        sweep_temps(target.parent)
+    write_atomic(target, (jsonl.dumps(r) + b"\n" for r in records))
+    return target
+
+
 def read(root: str | os.PathLike) -> tuple[list[dict[str, Any]], list[Any]]:
     """Every census record of a dataset (``census/<run>.jsonl``), each checked against its schema, as lists.
 
@@ -385,4 +400,4 @@ def summarise(records: Iterable[dict[str, Any]]) -> Summary:
 
 
 __all__ = ["REASONS", "NO_DEFINITION", "OpCount", "Summary", "adapter_failed", "adapter_installed", "enabled",
-           "not_enabled", "of_runs", "ops", "read", "record", "records", "recorded", "reset", "seen", "skipped", "summarise", "write"]
+           "keep", "not_enabled", "of_runs", "ops", "read", "record", "records", "recorded", "reset", "seen", "skipped", "summarise", "write"]

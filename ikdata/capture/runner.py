@@ -313,11 +313,9 @@ def _why_nothing(summary: census.Summary, config: CaptureConfig) -> str:
 
 
 def _keep_census(root: Path, run: str, records: list[dict[str, Any]]) -> None:
-    """Write the run's census records (one line per process) as ``census/<run>.jsonl``, atomically."""
-    from ikdata.core import jsonl
-    from ikdata.core.store import write_atomic
-
-    write_atomic(root / census.DATASET_DIR / f"{run}.jsonl", [jsonl.dumps(r) + b"\n" for r in records])
+    """Write the run's census records (one line per process) as ``census/<run>.jsonl``, atomically
+    (:func:`ikdata.capture.census.keep`: a killed keeper's temp files go first)."""
+    census.keep(root, run, records)
 
 
 def _capture_made() -> frozenset[str]:
