@@ -73,8 +73,25 @@ def on_matmul(cap: Any, args: tuple, kwargs: dict, out: Any) -> None:
         _gemm(cap, a, b.t(), out, None, "torch.matmul", ())
 
 
+def _as_autocast_ran(out: Any, *tensors: Any) -> tuple[Any, ...]:
+    """The tensors in the dtype the kernel read them: under ``torch.autocast`` the call casts its float inputs
+    to the autocast dtype before the kernel runs (q, k, v fp32 in, a bf16 kernel, bf16 out)."""
+    import torch
+
+    first = tensors[0]
+    if not hasattr(out, "dtype") or not hasattr(first, "dtype") or first.dtype == out.dtype:
+        return tensors
+    device = first.device.type
+    try:
+        casts = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == out.dtype
+    except (AttributeError, RuntimeError, TypeError):  # a torch without per-device autocast queries
+        casts = False
+    return tuple(t.to(out.dtype) if casts and hasattr(t, "dtype") else t for t in tensors)
+
+
 def on_sdpa(cap: Any, args: tuple, kwargs: dict, out: Any) -> None:
     q, k, v = _arg(args, kwargs, 0, "query"), _arg(args, kwargs, 1, "key"), _arg(args, kwargs, 2, "value")
+    q, k, v = _as_autocast_ran(out, q, k, v)
     mask = _arg(args, kwargs, 3, "attn_mask")
     dropout = _arg(args, kwargs, 4, "dropout_p", 0.0)
     causal = bool(_arg(args, kwargs, 5, "is_causal", False))

@@ -86,7 +86,7 @@ class Dispatcher:
         self._lock = threading.RLock()
 
     def builtins_overloads(self) -> list[str]:
-        return [f"{op}.default" for op in self.builtins]
+        return [f"{op}.{o}" for op, specs in self.builtins.items() for o in sorted({o for s in specs for o in s.overloads})]
 
     def may_record(self, label: str) -> bool:
         """Whether the built-in patch ``label`` could produce a definition ``--only`` allows (others: yes)."""

@@ -80,7 +80,16 @@ def _gemm(a: Any, mat2: Any, out: Any, bias: Any = None) -> OpCall | str:
         inputs["bias"] = bias
         template = f"dense_gemm_bias_{s}_nt"
         weights += ("bias",) if _is_parameter(bias) else ()
-    return OpCall(template, inputs, {"C": out}, {"N": n, "K": k}, f"m{a.shape[0]}", weights)
+    return OpCall(template, inputs, {"C": out}, {"N": n, "K": k}, backward_marked(f"m{a.shape[0]}"), weights)
+
+
+def backward_marked(variant: str) -> str:
+    """``variant``, marked ``.backward`` when autograd's backward pass runs the call (a gradient GEMM): its
+    receipt says so, and selection keeps it apart from a forward call of the same shape."""
+    import torch
+
+    current = getattr(torch._C, "_current_autograd_node", None)
+    return f"{variant}.backward" if current is not None and current() is not None else variant
 
 
 def _is_parameter(value: Any) -> bool:
@@ -111,7 +120,7 @@ def _bmm(a: Any, b: Any, out: Any) -> OpCall | str:
         return DTYPE
     batch, m, k = a.shape
     n = b.shape[2]
-    return OpCall(f"bmm_{s}", {"A": a, "B": b}, {"C": out}, {"N": n, "K": k}, f"b{batch}_m{m}")
+    return OpCall(f"bmm_{s}", {"A": a, "B": b}, {"C": out}, {"N": n, "K": k}, backward_marked(f"b{batch}_m{m}"))
 
 
 def on_bmm(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
@@ -201,6 +210,8 @@ def on_convolution(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
     """``aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)``:
     2-D, not transposed."""
     x, weight, bias, stride, padding, dilation, transposed, _, groups = args[:9]
+    # one value for both sides, as ATen expands it (``padding="valid"`` reaches here as ``[0]``)
+    stride, padding, dilation = (list(p) * 2 if len(p) == 1 else p for p in (stride, padding, dilation))
     s = _short(x.dtype)
     if s is None or weight.dtype != x.dtype or out.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         return DTYPE
@@ -221,6 +232,29 @@ def on_convolution(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
     return OpCall(f"{stem}_{s}", inputs, {"Y": out}, {"COUT": cout, "CING": cing, "KH": kh, "KW": kw}, variant, weights)
 
 
+def on_conv2d(args: tuple, kwargs: dict, out: Any) -> OpCall | str:
+    """``aten::conv2d(input, weight, bias, stride, padding, dilation, groups)``, padding a list or a string
+    (``conv2d.padding``: ``"valid"``, or ``"same"`` when it pads both sides alike). Under ``inference_mode`` the
+    call reaches the kernel as itself, never as ``aten::convolution``, so it is mapped here as that would be."""
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    defaults = (None, None, None, [1], [0], [1], 1)
+    x, weight, bias, stride, padding, dilation, groups = (
+        args[i] if i < len(args) else kwargs.get(name, default) for i, (name, default) in enumerate(zip(names, defaults)))
+    if not hasattr(x, "dim") or not hasattr(weight, "dim") or x.dim() != 4 or weight.dim() != 4:
+        return NO_DEFINITION
+    dilation = list(dilation) * 2 if len(dilation) == 1 else list(dilation)
+    if padding == "valid":
+        padding = [0, 0]
+    elif padding == "same":
+        totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+        if any(t % 2 for t in totals):
+            return NO_DEFINITION  # ATen pads one side more first: no symmetric padding describes it
+        padding = [t // 2 for t in totals]
+    elif isinstance(padding, str):
+        return NO_DEFINITION
+    return on_convolution((x, weight, bias, list(stride), list(padding), dilation, False, [0, 0], groups), {}, out)
+
+
 @dataclass(frozen=True)
 class BuiltIn:
     """A built-in mapper: the aten op and the templates it can produce (``--only`` may leave none)."""
@@ -228,6 +262,7 @@ class BuiltIn:
     op: str
     mapper: Mapper
     templates: tuple[str, ...]
+    overloads: tuple[str, ...] = ("default",)  # the op's overloads it maps
 
 
 def _each_dtype(*stems: str) -> tuple[str, ...]:
@@ -244,6 +279,7 @@ BUILT_IN = (
     BuiltIn("aten::native_layer_norm", on_native_layer_norm, _each_dtype("layernorm")),
     BuiltIn("aten::embedding", on_embedding, _each_dtype("embedding")),
     BuiltIn("aten::convolution", on_convolution, _each_dtype("conv2d", "conv2d_bias")),
+    BuiltIn("aten::conv2d", on_conv2d, _each_dtype("conv2d", "conv2d_bias"), ("default", "padding")),
     BuiltIn("aten::silu", _activation("silu"), _each_dtype("silu")),
     BuiltIn("aten::gelu", _activation("gelu"), _each_dtype("gelu", "gelu_tanh")),
     BuiltIn("aten::relu", _activation("relu"), _each_dtype("relu")),
