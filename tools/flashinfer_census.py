@@ -37,14 +37,43 @@ def _engine_name(index: int, attr: str) -> str:
     return f"t{index:03d}_" + re.sub(r"[^A-Za-z0-9_]", "_", attr.removesuffix("_trace"))[:60]
 
 
+def _api_of(ref) -> str | None:
+    """The one FlashInfer API (``module.function``) whose decorator traces with this template, or None."""
+    from ikdata.flashinfer import loader
+
+    base = ref.attr.split("[")[0].split(".")[0]
+    apis = [api for api, names in loader.api_templates().items() if base in names]
+    if len(apis) != 1 or not re.fullmatch(r"flashinfer(\.[A-Za-z_][A-Za-z0-9_]*)+", apis[0]):
+        return None
+    return apis[0]
+
+
+def _sampler_values(t, api: str, sampling, kernels) -> dict | None:
+    """Arguments for FlashInfer's own sampling API ``api`` (run on the CPU kernel twin of
+    tools/flashinfer_samplers.py): the template's init at 512 rows of a 64-token vocabulary, so its draws can
+    be judged. None for a template that is not a sampler with such an API."""
+    import inspect
+
+    name = api.rpartition(".")[2]
+    if list(t.outputs) != ["samples"] or not hasattr(sampling, name) or not hasattr(kernels, name.replace(
+            "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs")):
+        return None
+    accepted = inspect.signature(t.init).parameters
+    sizes = {k: v for k, v in (("batch_size", 512), ("vocab_size", 64)) if k in accepted}
+    return t.init(device="cpu", seed=1, **sizes)
+
+
 def _child(out: Path, only: str | None, seconds: int) -> None:
     """Call each template's honest engine once under the recorder; write one line per template to engines.jsonl."""
     import torch
 
     import flashinfer_engines
+    import flashinfer_samplers
     from ikdata.flashinfer import loader
 
     api = loader.submodule("api_logging")
+    sampling = flashinfer_samplers.install()  # FlashInfer's own sampling APIs, on a CPU twin of their kernels
+    dumps = Path(os.environ["FLASHINFER_DUMP_DIR"])
 
     def slow(signum, frame):  # noqa: ARG001
         raise TimeoutError
@@ -64,13 +93,26 @@ def _child(out: Path, only: str | None, seconds: int) -> None:
                 row["stage"], row["why"] = "no init", "the template has no init: no inputs to call an engine with"
             else:
                 signal.alarm(seconds)
+                before = set(os.listdir(dumps)) if dumps.is_dir() else set()
                 try:
-                    values = flashinfer_engines.call_values(t, flashinfer_engines.EngineCall("", ""))
-                    if not isinstance(values, dict) or "run" in values and "plan" in values:
-                        raise TypeError("init builds a wrapper's plan/run, not one call")
-                    engine = api.flashinfer_api(trace=t)(flashinfer_engines.engine(row["engine"], t, list(values)))
-                    with torch.no_grad():
-                        engine(**values)
+                    fi_api = _api_of(ref)
+                    values = _sampler_values(t, fi_api, sampling, flashinfer_samplers.CpuKernels) if fi_api else None
+                    if values is not None:  # a sampler: FlashInfer's own API draws, on the CPU kernel twin
+                        row["api"] = fi_api
+                        with torch.no_grad():
+                            getattr(sampling, fi_api.rpartition(".")[2])(**values)
+                    else:
+                        values = flashinfer_engines.call_values(t, flashinfer_engines.EngineCall("", ""))
+                        if not isinstance(values, dict) or "run" in values and "plan" in values:
+                            raise TypeError("init builds a wrapper's plan/run, not one call")
+                        function = flashinfer_engines.engine(row["engine"], t, list(values))
+                        if fi_api:  # named as the API it stands for: the API's decorator names its template
+                            function.__module__, _, function.__name__ = fi_api.rpartition(".")
+                            function.__qualname__ = function.__name__
+                            row["api"] = fi_api
+                        engine = api.flashinfer_api(trace=t)(function)
+                        with torch.no_grad():
+                            engine(**values)
                     row["stage"] = "called"
                     try:  # the definition name the call renders, to find its workloads after import
                         row["definition"] = t.build_fi_trace_fn("census")(**values)["name"]
@@ -85,6 +127,8 @@ def _child(out: Path, only: str | None, seconds: int) -> None:
                     row["stage"], row["why"] = "engine", f"the engine fails on CPU: {type(exc).__name__}: {text}"
                 finally:
                     signal.alarm(0)
+                    row["folders"] = sorted(n for n in (set(os.listdir(dumps)) if dumps.is_dir() else set()) - before
+                                            if "_call" in n)
             log.write(json.dumps(row) + "\n")
             log.flush()
 
@@ -104,6 +148,8 @@ def run(out: Path, only: str | None = None, seconds: int = 20) -> dict:
     child += ["--only", only] if only else []
     subprocess.run(child, env=env, check=True, stdout=subprocess.DEVNULL)
     rows = {r["engine"]: r for r in map(json.loads, (out / "engines.jsonl").read_text().splitlines())}
+    FOLDERS.clear()
+    FOLDERS.update({folder: engine for engine, row in rows.items() for folder in row.get("folders") or ()})
     by_engine = _diagnose(out, rows)  # why each call was left out, or its replay's error, in full
     dataset = out / "dataset"
     result = None
@@ -191,7 +237,12 @@ def _diagnose(out: Path, rows: dict) -> dict[str, str]:
     return found
 
 
+FOLDERS: dict[str, str] = {}  # recorder call folder -> the engine whose call wrote it (engines.jsonl "folders")
+
+
 def _engine_of(name: str) -> str | None:
+    if name in FOLDERS:
+        return FOLDERS[name]
     found = re.search(r"_pid[0-9]+_(t[0-9]{3}_.*)_call[0-9]+$", name or "")
     return found.group(1) if found else None
 
@@ -208,7 +259,7 @@ def _imported(dataset: Path) -> dict[str, str]:
     receipts = dataset / "receipts.jsonl"
     for line in receipts.read_text().splitlines() if receipts.is_file() else []:
         record = json.loads(line)
-        engine = str(record.get("operation", "")).rpartition(".")[2]
+        engine = _engine_of(str(record.get("dump", ""))) or str(record.get("operation", "")).rpartition(".")[2]
         found[engine] = record["definition"]
     return found
 

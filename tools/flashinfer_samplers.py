@@ -196,7 +196,8 @@ def install(wrong: str | None = None) -> Any:
 # A plan: (API, batch, vocab, calls, arguments). Arguments are built per call by _arguments; "gen" passes a
 # torch.Generator, "indices" an index tensor (rows repeated), "tensor" per-row settings, "scalar" Python numbers.
 PLANS: dict[str, list[tuple[str, int, int, int, dict]]] = {
-    "min_p": [("min_p_sampling_from_probs", 4, 32, 3, {"min_p": ("scalar", 0.1)})],
+    "min_p": [("min_p_sampling_from_probs", 64, 32, 3, {"min_p": ("scalar", 0.1)}),
+              ("min_p_sampling_from_probs", 64, 32, 3, {"min_p": ("tensor", 0.1), "generator": True})],
     "every": [
         ("sampling_from_probs", 64, 32, 3, {}),
         ("sampling_from_probs", 64, 32, 3, {"indices": True, "generator": True}),
@@ -222,6 +223,16 @@ PLANS: dict[str, list[tuple[str, int, int, int, dict]]] = {
     # a serving loop's share of the dump: a few draws per call, many calls of one shape
     "small": [("top_k_sampling_from_probs", 2, 32, 2, {"top_k": ("tensor", 8)}),
               ("min_p_sampling_from_probs", 2, 32, 3, {"min_p": ("scalar", 0.1)})],
+    # two top-k calls too small to judge even pooled (vocabulary 40: a definition of their own) beside calls
+    # that can be judged
+    "mixed": [("top_k_sampling_from_probs", 2, 40, 2, {"top_k": ("tensor", 8)}),
+              ("sampling_from_probs", 64, 32, 3, {}),
+              ("top_k_sampling_from_probs", 64, 32, 3, {"top_k": ("scalar", 8)})],
+    # one call of each kind a wrong kernel must be caught on
+    "wrong": [("sampling_from_probs", 96, 32, 2, {}),
+              ("top_k_sampling_from_probs", 96, 32, 2, {"top_k": ("tensor", 8)}),
+              ("min_p_sampling_from_probs", 96, 32, 2, {"min_p": ("scalar", 0.1)}),
+              ("top_k_top_p_sampling_from_probs", 96, 32, 2, {"top_k": ("tensor", 8), "top_p": ("tensor", 0.9)})],
 }
 
 

@@ -66,6 +66,17 @@ def stage_source(src: Path, found: tuple[Path | None, Path | None]) -> tuple[Pat
     out = Path(tempfile.mkdtemp(prefix="ikdata-flashinfer-"))
     atexit.register(shutil.rmtree, out, True)
     staged = stage(found[0], found[1], out / "staged")
+    excluded: dict[str, str] = {}
+    for _ in range(3):  # an identical call is one workload with one receipt: a second pass finds its twin
+        if not staged.definitions:
+            break
+        _judge(out / "staged")
+        unjudged = {k: v for k, v in not_judged(out / "staged").items() if k not in excluded}
+        if not unjudged:
+            break
+        excluded.update(unjudged)  # staged again without them: the rest import in this one command
+        shutil.rmtree(out / "staged")
+        staged = stage(found[0], found[1], out / "staged", exclude=excluded)
     if not staged.definitions:
         error = NotADataset(src)
         why = "; ".join(f"{where}: {reason}" for where, reason in staged.left_out[:5]) or "no call folder or definition"
@@ -74,8 +85,34 @@ def stage_source(src: Path, found: tuple[Path | None, Path | None]) -> tuple[Pat
         error.args = (f"{src}: nothing ikdata can read: looked for {error.looked_for}; every call or file was left "
                       f"out: {why}{more}",)
         raise error
-    _judge(out / "staged")
     return out / "staged", staged
+
+
+def not_judged(root: Path) -> dict[str, str]:
+    """Call folder name -> why, for each staged sampling call its definition's pooled test could not judge
+    (too few draws, or no position that can be judged, even with every call of the definition pooled): such a
+    call is neither passed nor failed, so it is left out, named, and the other calls import."""
+    import orjson
+
+    report = root / "reports" / "replay.json"
+    if not report.is_file():
+        return {}
+    unjudged = {}
+    for case in orjson.loads(report.read_bytes()).get("cases") or ():
+        judge = ((case.get("tolerance") or {}).get("samples") or {}).get("judge")
+        if judge == "sampling" and case.get("status") == "skipped":
+            reason = " ".join(str(case.get("reason") or "no draw could be judged").split())
+            unjudged[case["uuid"]] = (f"not judged ({case.get('definition')}): {reason}; left out, since an import "
+                                      "brings validated calls only")
+    if not unjudged:
+        return {}
+    folders = {}
+    receipts = root / "receipts.jsonl"
+    for line in receipts.read_bytes().splitlines() if receipts.is_file() else ():
+        record = orjson.loads(line) if line.strip() else {}
+        if record.get("uuid") in unjudged and record.get("dump"):
+            folders[str(record["dump"])] = unjudged[record["uuid"]]
+    return folders
 
 
 def importer(src: Path, definitions: Sequence[str] = ()) -> ForeignRead | None:
@@ -125,4 +162,4 @@ def _judge(root: Path) -> None:
     replay(Dataset.open(root, definitions=[root / "definitions"]), device="cpu", reuse=False)
 
 
-__all__ = ["LAYOUTS", "detect", "importer", "stage_source"]
+__all__ = ["LAYOUTS", "detect", "importer", "not_judged", "stage_source"]

@@ -180,8 +180,11 @@ def _argument(arguments: Mapping[str, Any], param: str, tuple_idx: int | None) -
     return value
 
 
-def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path) -> Staged:
+def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path,
+          exclude: Mapping[str, str] | None = None) -> Staged:
     """Write the calls (and their definitions) under ``out`` as an ikdata dataset.
+
+    ``exclude``: call folder names left out, with why (the sampling calls an earlier staging could not judge).
 
     Raises:
         IkdataError: from the writer, for a dataset it cannot write.
@@ -199,6 +202,9 @@ def stage(calls_folder: Path | None, definitions_folder: Path | None, out: Path)
     staged.left_out += [(s.folder, s.reason) for s in skipped]
     for call in calls:
         staged.calls += 1
+        if exclude and call.folder.name in exclude:
+            staged.left_out.append((str(call.folder), exclude[call.folder.name]))
+            continue
         try:
             call = as_declared(call)  # a sampling API's settings and indices in its template's form
             found = match(call, folder_definitions)
