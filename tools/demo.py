@@ -133,7 +133,10 @@ class Demo:
             return
         print()
         print("  worst e/f: per denoising step, the engine's error e divided by the floor f (how far two correct")
-        print("             attention kernels differ); a step passes while e <= k*f + eps (k = 4, --floor-k).")
+        from ikdata.diffusion.verdicts import DEFAULT_K  # the rule replay applies, not a copy of it
+
+        print("             attention kernels differ); a step passes while e <= k*f + eps "
+              f"(k = {DEFAULT_K:g}, --floor-k).")
         print("  PSNR:      how close the decoded clip is to the reference decode of the same latents, in dB;")
         print("             higher is closer (identical frames show 100), the page draws it per frame.")
         print()
