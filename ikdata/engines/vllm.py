@@ -39,6 +39,7 @@ _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 # vLLM module -> the patch to apply once it is imported
 _WATCH: dict[str, str] = {
+    "vllm.config.vllm": "_patch_config",
     "vllm.v1.worker.gpu_model_runner": "_patch_runner",
     "vllm.model_executor.layers.linear": "_patch_linear",
     "vllm.model_executor.layers.vocab_parallel_embedding": "_patch_embedding",
@@ -82,6 +83,38 @@ def _active(cap: Any, prefix: str, op_type: str) -> bool:
         return False
     only = cap.only
     return not only or op_type in only or any(name.startswith(prefix) for name in only)
+
+
+# -- the engine's mode -------------------------------------------------------------------------------------
+
+COMPILED_REFUSAL = ("ikdata capture: this vLLM engine would run compiled (torch.compile mode {mode}); capture "
+                    "records vLLM only in eager mode (compiled graphs skip the layers' Python code, so operators "
+                    "and their census would be silently missing). Run it eager: LLM(..., enforce_eager=True), or "
+                    "--enforce-eager for the server (docs/vllm.md).")
+
+
+def _patch_config(cap: Any, module: Any) -> None:
+    """Refuse a compiled engine where its configuration is made (the program's own process, before any engine
+    process starts): a clear message and exit status 1, never a crash inside the engine."""
+    cls = getattr(module, "VllmConfig", None)
+    if cls is None or not hasattr(cls, "__post_init__"):
+        return
+
+    def make(original: Any) -> Any:
+        def __post_init__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(self, *args, **kwargs)
+            mode = getattr(getattr(self, "compilation_config", None), "mode", 0)
+            if cap.enabled and getattr(self, "model_config", None) is not None and int(mode or 0) != 0:
+                import sys
+
+                sys.stderr.write(COMPILED_REFUSAL.format(mode=getattr(mode, "name", mode)) + "\n")
+                sys.stderr.flush()
+                raise SystemExit(1)
+            return out
+
+        return __post_init__
+
+    _wrap(cap, cls, "__post_init__", make)
 
 
 # -- the sampler ------------------------------------------------------------------------------------------
