@@ -36,6 +36,7 @@ from ikdata.core.dataset import IKDATA, RECEIPTS, Dataset, detect_layout
 from ikdata.core.digest import line_prefix_digests
 from ikdata.core.errors import FileSystemError, ProblemsFound, RecordError, UsageError
 from ikdata.core.locking import dataset_lock, refuse_remote
+from ikdata.core.paths import TooLarge, read_capped
 from ikdata.core.record_kinds import KINDS
 from ikdata.core.store import write_atomic
 
@@ -80,15 +81,18 @@ def clear_gc_mark(root: Path) -> None:
     (root / GC_MARKER).unlink(missing_ok=True)
 
 
+_MAX_MARKER_BYTES = 1 << 30  # a gc marker lists the blobs it chose: ten million paths
+
+
 def _finish_gc(root: Path) -> int | None:
     """Delete what a killed gc chose and nothing references now; None when no gc was interrupted."""
     marker = root / GC_MARKER
     if not marker.is_file():
         return None
     try:
-        chosen = orjson.loads(marker.read_bytes()).get("blobs", [])
-    except (orjson.JSONDecodeError, AttributeError):
-        chosen = []  # a marker gc never finished writing: it had deleted nothing yet
+        chosen = orjson.loads(read_capped(marker, _MAX_MARKER_BYTES, what="gc marker")).get("blobs", [])
+    except (orjson.JSONDecodeError, AttributeError, TooLarge):
+        chosen = []  # a marker gc never finished writing (it had deleted nothing yet), or none of gc's
     references = Dataset(root, IKDATA).blob_references()
     deleted = 0
     if not references.problems:  # unreadable lines might name a chosen blob: delete nothing then
@@ -114,11 +118,11 @@ def _orphan_receipt_lines(root: Path) -> list[int]:
         return []
     uuids = set()
     for rows in sorted((root / "workloads").rglob("*.jsonl")) if (root / "workloads").is_dir() else []:
-        for _, record in jsonl.read(rows).records:
+        for _, record in jsonl.iter_records(rows, []):  # streamed: bad lines are repair's other work
             workload = record.get("workload") if isinstance(record, dict) else None
             if isinstance(workload, dict):
                 uuids.add(workload.get("uuid"))
-    return [line for line, record in jsonl.read(path).records
+    return [line for line, record in jsonl.iter_records(path, [])
             if isinstance(record, dict) and record.get("uuid") not in uuids]
 
 
@@ -131,7 +135,7 @@ def _disagreeing_receipt_lines(root: Path) -> list[int]:
     if not path.is_file():
         return []
     seen, later = Repeats(), []
-    for line, record in jsonl.read(path).records:
+    for line, record in jsonl.iter_records(path, []):
         if isinstance(record, dict) and isinstance(record.get("uuid"), str) \
                 and isinstance(record.get("expected_output"), dict):
             if not seen.see(record["uuid"], record["expected_output"], RECEIPTS, line):

@@ -23,11 +23,13 @@ import orjson
 from ikdata.core.repeats import outputs_key
 from ikdata.core import faults, jsonl
 from ikdata.core.dataset import RECEIPTS
-from ikdata.core.definitions import Definition, definition_bytes, definition_relpath, workloads_relpath
+from ikdata.core.definitions import (MAX_DEFINITION_BYTES, Definition, definition_bytes, definition_relpath,
+                                     workloads_relpath)
 from ikdata.core.digest import canonical_json
 from ikdata.core.errors import DefinitionError, MergeConflict
 from ikdata.core.locking import dataset_lock
 from ikdata.core.records import Receipt, Scalar, TensorRef, WorkloadRow
+from ikdata.core.paths import read_capped
 from ikdata.core.store import BlobStore, RawTensor, raw_tensor, write_atomic
 
 # Provenance fields that identify what was captured; time, host and pid do not.
@@ -101,7 +103,7 @@ class DatasetWriter:
         path = self.root / definition_relpath(definition)
         data = definition_bytes(definition.record)  # declared order: flashinfer-bench reads inputs in file order
         if path.exists():
-            existing = orjson.loads(path.read_bytes())
+            existing = orjson.loads(read_capped(path, MAX_DEFINITION_BYTES, what="definition"))
             if canonical_json(existing) != canonical_json(dict(definition.record)):
                 raise MergeConflict(f"{path}: a different definition named {definition.name!r} is already there; "
                                     "rename yours or remove the old one", paths=[str(path)])

@@ -405,6 +405,8 @@ def _check_reports(ds: Dataset, problems: list[Problem]) -> None:
     import orjson
 
     from ikdata.core import schema
+    from ikdata.core.cases import MAX_REPORT_BYTES
+    from ikdata.core.paths import TooLarge, read_capped
     from ikdata.core.verdicts import REPORT_FORMAT
 
     folder = ds.root / "reports"
@@ -419,7 +421,10 @@ def _check_reports(ds: Dataset, problems: list[Problem]) -> None:
             problems.append(refusal.problem())
             continue
         try:
-            report = orjson.loads(path.read_bytes())
+            report = orjson.loads(read_capped(path, MAX_REPORT_BYTES, what="replay report", display=display))
+        except TooLarge as exc:
+            problems.append(exc.problem())
+            continue
         except orjson.JSONDecodeError as exc:
             problems.append(Problem(display, f"malformed JSON: {exc}; replay again to rewrite it",
                                     code="malformed-json"))
