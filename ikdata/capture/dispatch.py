@@ -340,6 +340,13 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
             return func(*args, **(kwargs or {}))
 
         @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            """Only once Dynamo is loaded: otherwise torch wraps ``__torch_dispatch__`` in a disable that imports
+            ``torch._dynamo`` at its first call (1.5 s, a program that never compiles must not pay); nothing can
+            compile before that import, and the class is built anew for each survey."""
+            return "torch._dynamo" in sys.modules
+
+        @classmethod
         def ignore_compile_internals(cls) -> bool:
             """torch.compile compiles under this mode as it would without it (a mode that does not say so makes
             Dynamo skip every frame); the mode sees the compiled code's calls that reach the dispatcher."""
