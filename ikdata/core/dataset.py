@@ -48,11 +48,16 @@ class NotADataset(IkdataError):
         looked_for: what would have made it a dataset (:data:`LOOKED_FOR`).
     """
 
-    def __init__(self, path: str | os.PathLike, *, format: str | None = None) -> None:  # noqa: A002
+    def __init__(self, path: str | os.PathLike, *, format: str | None = None,  # noqa: A002
+                 inside: Path | None = None) -> None:
         self.path, self.looked_for = Path(path), LOOKED_FOR
         if format:  # a folder of a capture source's own format, which ikdata import reads
             super().__init__(f"{path}: {format}, not a dataset: import it first "
                              f"('ikdata import {path} DEST'), then use DEST")
+            return
+        if inside is not None:  # ds/workloads/gemm: a part of a dataset, never a place to init another
+            super().__init__(f"{path}: a folder inside the dataset {inside}, not a dataset itself; "
+                             f"name the dataset's folder: {inside}")
             return
         super().__init__(f"{path}: not a dataset: looked for {LOOKED_FOR} and found none; create one with "
                          f"'ikdata init {path}' or 'ikdata capture --into {path} -- CMD'")
@@ -89,7 +94,7 @@ def require_dataset(root: str | os.PathLike) -> str:
     """
     root = Path(root)
     if not root.is_dir():
-        raise UsageError(f"{root}: no such dataset folder")
+        raise _not_a_folder(root)
     layout = find_layout(root)
     if layout in (None, FLASHINFER):  # a source's own folder format (FlashInfer's recorder): import it first
         for source in features.sources():
@@ -101,8 +106,28 @@ def require_dataset(root: str | os.PathLike) -> str:
         from ikdata.core.locking import refuse_remote
 
         refuse_remote(root)  # a remote whose first push never finished holds only its marker: say so
-        raise NotADataset(root)
+        raise NotADataset(root, inside=enclosing_dataset(root))
     return layout
+
+
+def enclosing_dataset(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that holds an ikdata dataset (``ds`` for ``ds/workloads/gemm`` or
+    ``ds/ikdata.json``), or None."""
+    for parent in Path(path).parents:
+        if find_layout(parent) == IKDATA:
+            return parent
+    return None
+
+
+def _not_a_folder(root: Path) -> UsageError:
+    """Why ``root`` (not a folder) cannot be read: absent, or a file, named with the dataset it is part of."""
+    if not root.exists():
+        return UsageError(f"{root}: no such dataset folder")
+    inside = enclosing_dataset(root)
+    if inside is None:
+        return UsageError(f"{root}: a file, not a dataset folder")
+    return UsageError(f"{root}: a file of the dataset {inside}, not a dataset folder; name the dataset's folder: "
+                      f"{inside}")
 
 
 def blob_paths(record: Any) -> list[str]:
