@@ -90,6 +90,22 @@ def definition_identity(record: Mapping[str, Any]) -> list[Any]:
     return ordered({k: v for k, v in record.items() if k not in NOT_COMPUTATION})
 
 
+_DEFINITION_DIGESTS: dict[int, tuple[Mapping[str, Any], str]] = {}  # id(record) -> (the record, its digest)
+
+
+def definition_digest(record: Mapping[str, Any]) -> str:
+    """sha256 of :func:`definition_identity`, computed once per record object (a definition's record is shared
+    by all its rows and never changed: a 2 MiB reference is hashed once, not once per case)."""
+    known = _DEFINITION_DIGESTS.get(id(record))
+    if known is not None and known[0] is record:
+        return known[1]
+    digest = record_digest(definition_identity(record))
+    if len(_DEFINITION_DIGESTS) >= 4096:
+        _DEFINITION_DIGESTS.clear()
+    _DEFINITION_DIGESTS[id(record)] = (record, digest)  # the record is held, so its id is not reused meanwhile
+    return digest
+
+
 # Files (in the ikdata package) whose code judges every case replay's loop judges, whatever family owns it.
 JUDGING_FILES = ("replay/runner.py", "replay/api.py", "replay/blobs.py", "replay/judges.py", "core/tolerances.py",
                  "core/judge_registry.py", "core/definitions.py", "core/references.py")
@@ -153,7 +169,7 @@ def reuse_key(*, definition: Mapping[str, Any], input_digests: Mapping[str, str]
     """
     from ikdata._version import __version__
 
-    return record_digest({"definition": definition_identity(definition), "inputs": dict(input_digests),
+    return record_digest({"definition": definition_digest(definition), "inputs": dict(input_digests),
                           "scalars": dict(scalars), "expected": dict(expected_digests), "axes": dict(axes),
                           "device": device_kind, "torch": torch_version, "judging": ordered(judging),
                           "code": code, "ikdata": __version__})
@@ -357,4 +373,5 @@ def reused_case(earlier: Mapping[str, Any], *, definition: str, uuid: str, axes:
 
 
 __all__ = ["CACHE_FILE", "EVIDENCE_FILE", "JUDGING_FILES", "NOT_COMPUTATION", "ReuseCache", "case_reuse_key",
-           "default_cache_path", "definition_identity", "judging_code_digest", "ordered", "reuse_key", "reused_case"]
+           "default_cache_path", "definition_digest", "definition_identity", "judging_code_digest", "ordered",
+           "reuse_key", "reused_case"]
