@@ -333,11 +333,15 @@ class Summary:
         out = [f"ran {self.calls:,} call{'s' if self.calls != 1 else ''} of {len(self.ops)} op"
                f"{'s' if len(self.ops) != 1 else ''}; recorded {self.recorded_calls:,} call"
                f"{'s' if self.recorded_calls != 1 else ''} of {n_defs} definition{'s' if n_defs != 1 else ''}"]
+        cut = False
         for reason, per_op in sorted(self.by_reason().items(), key=lambda kv: -sum(kv[1].values())):
-            ranked = sorted(per_op.items(), key=lambda kv: (-kv[1], kv[0]))
+            ranked = sorted(per_op.items(), key=lambda kv: (weight(kv[0]), -kv[1], kv[0]))  # what matters first
             shown = ", ".join(f"{op} x{n:,}" for op, n in ranked[:limit])
             more = f", and {len(ranked) - limit} more op(s)" if len(ranked) > limit else ""
+            cut = cut or len(ranked) > limit
             out.append(f"not recorded, {reason}: {shown}{more}")
+        if cut:
+            out.append(f"every op and count ({len(self.ops)} ops): the dataset's census/*.jsonl, one record per process")
         on = self.processes - len(self.not_enabled)
         if self.processes == 1:
             out.append(f"1 process reported; capture was {'on' if on else 'off'} in it")
@@ -369,6 +373,30 @@ class Summary:
                 "definitions": sorted(self.definitions()), "ops": [o.to_json() for o in self.ops.values()],
                 "not_enabled": [{"pid": p, "host": h, "argv": list(a), "reason": r} for p, h, a, r in self.not_enabled],
                 "adapter_failures": [{"pid": p, "module": m, "error": e} for p, m, e in self.adapter_failures]}
+
+
+# Ops that move or describe data and compute nothing a kernel author would write: listed last.
+NOISE = frozenset(f"aten::{name}" for name in (
+    "view", "reshape", "_unsafe_view", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "slice",
+    "select", "detach", "alias", "as_strided", "contiguous", "clone", "copy_", "empty", "empty_like", "empty_strided",
+    "zeros", "zeros_like", "ones", "ones_like", "full", "fill_", "zero_", "split", "split_with_sizes", "chunk",
+    "unbind", "lift_fresh", "_to_copy", "to", "flatten", "unflatten", "narrow", "new_empty", "new_zeros", "arange",
+    "item", "_local_scalar_dense", "resolve_conj", "resolve_neg", "scalar_tensor", "lift_fresh_copy", "view_as",
+    "expand_as", "_reshape_alias", "set_", "resize_", "split_with_sizes_copy", "index_select", "cat", "stack"))
+# Words naming a kernel family: an op carrying one is listed before the rest.
+FAMILIES = ("mm", "matmul", "linear", "conv", "norm", "attention", "sdpa", "softmax", "embedding", "gelu", "silu",
+            "relu", "rotary", "rope", "quantized", "int8", "fp8", "moe", "topk", "sampl", "scaled", "einsum")
+
+
+def weight(op: str) -> int:
+    """How early a not-recorded op is listed: 0 for compiled regions, ops a template or a known kernel family
+    describes and engines' own ops, 1 for the rest, 2 for view and copy noise (``aten::view``, ``aten::t``)."""
+    if op in NOISE or op.startswith("profiler::"):
+        return 2
+    if op.startswith("compiled region") or not op.startswith(("aten::", "prims::")):
+        return 0  # a compiled region, a patched function (torch.nn.functional.*), an engine's or a custom op
+    name = op.split("::", 1)[1]
+    return 0 if any(word in name for word in FAMILIES) else 1
 
 
 def summarise(records: Iterable[dict[str, Any]]) -> Summary:

@@ -12,9 +12,12 @@ Two mechanisms, chosen by measurement (docs/capture.md, "The dispatcher path"):
   meta and functorch tensors (tracing) are never recorded. Ops that write an argument (in place,
   ``out=``) have the inputs a binding reads copied before the call.
 * **Survey** (a ``TorchDispatchMode``): in the first :data:`SURVEY_STEPS` selected steps of each
-  process it counts every op (aten and custom) into the census, so ops with no definition are
-  named, and it binds a declared op the moment it first runs (an engine's op library may load after
-  capture starts). A mode sees every op but costs about 10 µs per call, so it runs only there.
+  process, and then in selected steps 2, 4, 8, 16, ... (:func:`surveyed`: log2(N) of N steps, so an op that
+  first runs late, a backward pass, an optimizer step, is still named at a bounded cost), it counts every op
+  (aten and custom) into the census, so ops with no definition are named, and it binds a declared op the
+  moment it first runs (an engine's op library may load after capture starts). A mode sees every op but costs
+  about 10 µs per call, so it runs only there. Composite ops (``aten::linear``, ``aten::layer_norm``) are not
+  counted: the ops they run are. The mode ignores compile internals, so ``torch.compile`` compiles under it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from typing import Any, Callable
 from ikdata.capture import census, op_binding
 from ikdata.capture.op_binding import NO_DEFINITION, Binding, BuiltIn, OpCall
 
-SURVEY_STEPS = 2  # selected steps per process in which every op is counted
+SURVEY_STEPS = 2  # the first selected steps of a process in which every op is counted (then steps 2**k)
+
+
+def surveyed(index: int) -> bool:
+    """Whether the ``index``-th selected step of a process (from 0) is surveyed: the first :data:`SURVEY_STEPS`,
+    then every power of two, so a run of N steps surveys about log2(N) of them."""
+    return index < SURVEY_STEPS or index & (index - 1) == 0
 # The key the kernels are registered at. It is in no tensor's key set and ops fall through it, so a kernel
 # there runs only while capture includes the key in the thread's dispatch state (a selected step): elsewhere
 # every op, interposed or not, costs what it cost without capture. It sits above autograd and functorch.
@@ -81,7 +90,10 @@ class Dispatcher:
         self.pending: set[str] = set(self.builtins_overloads()) | set(self.bindings)
         self.bound: set[str] = set()  # "ns::op" of every interposed op (the survey leaves them to their kernel)
         self.libraries: dict[str, Any] = {}
-        self.surveys_left = SURVEY_STEPS
+        self.steps_begun = 0  # selected steps begun in this process (the survey's schedule, :func:`surveyed`)
+        self.steps_surveyed = 0
+        self.gaps_begun = 0  # times between steps on the thread entered for the whole run (surveyed alike)
+        self.open_surveys: list[Any] = []
         self._included: tuple[Any, int] | None = None
         self._lock = threading.RLock()
 
@@ -233,6 +245,7 @@ class Dispatcher:
         import torch
 
         entered: list[Any] = []
+        self.gap_ended()
         if not self.capturer.enabled:
             return entered
         self.bind_pending()
@@ -240,22 +253,55 @@ class Dispatcher:
             guard = torch._C._IncludeDispatchKeyGuard(getattr(torch._C.DispatchKey, KEY))
             guard.__enter__()
             entered.append(guard)
-        if self.surveys_left > 0:
-            with self._lock:
-                surveying = self.surveys_left > 0
-                self.surveys_left -= surveying
-            if surveying:
-                survey = _survey_mode(self)
-                survey.__enter__()
-                entered.append(survey)
+        with self._lock:
+            surveying = surveyed(self.steps_begun)
+            self.steps_begun += 1
+            self.steps_surveyed += surveying
+        if surveying:
+            survey = _survey_mode(self)
+            survey.__enter__()
+            entered.append(survey)
         return entered
 
-    @staticmethod
-    def step_ended(entered: tuple[Any, ...] | list[Any]) -> None:
+    def step_ended(self, entered: tuple[Any, ...] | list[Any]) -> None:
         for item in reversed(entered):
             item.__exit__(None, None, None)
             if hasattr(item, "flush"):
                 item.flush()
+        if self._included is not None and self._included[1] == threading.get_ident():
+            self.gap_began()
+
+    # -- the survey between steps (a backward pass, an optimizer step, ops outside any module) ---------------
+
+    def gap_began(self) -> None:
+        """On the thread capture is entered on for the whole run: survey the time until the next step, on the same
+        schedule as steps (:func:`surveyed`): gap 0 is from install to the first step."""
+        if not self.capturer.enabled or getattr(self.local, "gap", None) is not None:
+            return
+        with self._lock:
+            surveying = surveyed(self.gaps_begun)
+            self.gaps_begun += 1
+        if surveying:
+            survey = _survey_mode(self)
+            survey.__enter__()
+            self.local.gap = survey
+            self.open_surveys.append(survey)
+
+    def gap_ended(self) -> None:
+        survey = getattr(self.local, "gap", None)
+        if survey is not None:
+            self.local.gap = None
+            try:
+                survey.__exit__(None, None, None)
+            finally:
+                survey.flush()
+                if survey in self.open_surveys:
+                    self.open_surveys.remove(survey)
+
+    def flush_surveys(self) -> None:
+        """Hand what the open surveys counted so far to the census (at exit: the last gap is never ended)."""
+        for survey in list(self.open_surveys):
+            survey.flush()
 
     def include_here(self) -> None:
         """Include the key on this thread until :meth:`uninstall` (a configuration that selects every call)."""
@@ -267,6 +313,8 @@ class Dispatcher:
             self._included = (guard, threading.get_ident())
 
     def uninstall(self) -> None:
+        self.gap_ended()
+        self.flush_surveys()
         if self._included is not None and self._included[1] == threading.get_ident():
             self._included[0].__exit__(None, None, None)
         self._included = None
@@ -330,12 +378,15 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             name = self.names.get(func)
             if name is None:
-                name = self.names[func] = func._schema.name
+                name = func._schema.name
                 qualified = f"{name}.{func._overloadname}"
                 if qualified in dispatcher.pending:
                     with dispatcher._lock:
                         dispatcher._bind(qualified)
-            if name not in dispatcher.bound and not busy() and not name.startswith("ikdata::"):  # not ours
+                if name.startswith("ikdata::") or _composite(name):
+                    name = ""  # capture's own tap, or an op whose parts are counted (aten::linear runs aten::addmm)
+                self.names[func] = name
+            if name and name not in dispatcher.bound and not busy():  # ikdata's own copies are not the program's
                 self.counts[name] = self.counts.get(name, 0) + 1
             return func(*args, **(kwargs or {}))
 
@@ -353,11 +404,21 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
             return True
 
         def flush(self) -> None:
-            for name, n in self.counts.items():
+            counts, self.counts = self.counts, {}
+            for name, n in counts.items():
                 census.seen(name, n)
-            self.counts.clear()
 
     return Survey()
+
+
+def _composite(name: str) -> bool:
+    """Whether ``name`` is an op that decomposes into others before any backend (CompositeImplicitAutograd)."""
+    import torch
+
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"))
+    except RuntimeError:
+        return False
 
 
 def install(capturer: Any) -> Dispatcher:
@@ -389,6 +450,7 @@ def install(capturer: Any) -> Dispatcher:
     tracker.begin_step, tracker.end_step = begin_step, end_step  # the step hook (boot) calls these
     if capturer.config.steps is None and capturer.config.request_file is None:
         dispatcher.include_here()
+        dispatcher.gap_began()  # ops before the first step (a custom op run outside any module) are named
     return dispatcher
 
 

@@ -455,6 +455,7 @@ class Capturer:
         """Hand the calls patched functions left in unselected steps, and compiled regions' calls, to the census
         (counted without a lock)."""
         self.compiled.count()
+        self.dispatch.flush_surveys()
         for (label, reason), cell in list(self._left.items()):  # the wrappers hold the cells: subtract, never swap
             n = cell[0]
             if n:
