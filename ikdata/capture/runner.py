@@ -213,7 +213,13 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
     root = Path(config.into)
     fresh = not root.exists() or (root.is_dir() and not any(root.iterdir()))  # no dataset there before the run
     created = not root.exists()
-    config = prepare(config)
+    made_parents = [p for p in root.absolute().parents if not p.exists()]  # runs/ of runs/z, made with it
+    try:
+        config = prepare(config)
+    except BaseException:
+        if fresh:  # refused before anything ran: a folder this run made is not left behind
+            _remove_leftovers(root, created, made_parents)
+        raise
     run = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(4).hex()
     state = tempfile.mkdtemp(prefix="ikdata-capture-")
     try:
@@ -225,6 +231,8 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
         try:
             process = subprocess.Popen(list(command), env=env)
         except OSError as exc:
+            if fresh:  # the program never started: a folder this run made is not left behind
+                _remove_leftovers(root, created, made_parents)
             raise UsageError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
         returncode = _wait_forwarding(process)
         events = _read_events(Path(state) / "events.jsonl")
@@ -236,7 +244,7 @@ def run_capture(config: CaptureConfig, command: Sequence[str]) -> CaptureResult:
         if counts and records:
             _keep_census(root, run, records)
         elif not counts and fresh:
-            removed = _remove_leftovers(root, created)
+            removed = _remove_leftovers(root, created, made_parents)
         dataset_id = None if removed else _commit(root)
         failures = [dict(f, pid=e["pid"]) for e in events for f in e.get("failures", [])]
         refused: dict[str, int] = {}
@@ -329,9 +337,10 @@ def _capture_made() -> frozenset[str]:
     return frozenset({kind.top.split("/")[0] for kind in KINDS} | {BLOB_DIR, MANIFEST, LOCK_FILE, ".lock"})
 
 
-def _remove_leftovers(root: Path, created: bool) -> bool:
+def _remove_leftovers(root: Path, created: bool, made_parents: Sequence[Path] = ()) -> bool:
     """A run that recorded nothing into a folder with no dataset: remove what capture made there, and the
-    folder itself when the run created it. Returns whether no dataset is left (the folder is gone or empty)."""
+    folder itself when the run created it (with the parents it made for it, ``made_parents``, nearest first,
+    while empty). Returns whether no dataset is left (the folder is gone or empty)."""
     if not root.is_dir():
         return True
     made = _capture_made()
@@ -350,6 +359,11 @@ def _remove_leftovers(root: Path, created: bool) -> bool:
             root.rmdir()
         except OSError:
             return False
+        for parent in made_parents:
+            try:
+                parent.rmdir()
+            except OSError:  # not empty (something else was written there meanwhile), or gone: stop
+                break
     return not left
 
 

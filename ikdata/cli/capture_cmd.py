@@ -124,5 +124,18 @@ def capture(
         out.error(f"not captured: {lost}")
         code = code or 1
     if result.returncode != 0:
-        out.err_console.print(f"the command exited with status {result.returncode}", markup=False)
+        out.err_console.print(_how_it_ended(result.returncode), markup=False)
     raise typer.Exit(code)
+
+
+def _how_it_ended(returncode: int) -> str:
+    """How the program ended: 'exited with status 3', or for a negative code (a signal) 'was killed by SIGTERM'."""
+    if returncode > 0:
+        return f"the command exited with status {returncode}"
+    import signal
+
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"the command was killed by {name} (exit code {128 - returncode})"
