@@ -312,29 +312,26 @@ def _schema_case_fields() -> frozenset[str]:
 
 def bound_problems(data: Any, *, path: str) -> list[Problem]:
     """Where a report's JSON passes the reader's bounds: nesting deeper than :data:`MAX_DEPTH` (the first such
-    value, by JSON pointer) and a case whose unknown fields' JSON exceeds :data:`MAX_UNKNOWN_BYTES`. Walked
-    without recursion, so a value nested thousands deep costs a loop, never a RecursionError."""
-    problems: list[Problem] = []
-    stack: list[tuple[Any, int, Any]] = [(data, 0, None)]
-    while stack:
-        value, depth, trail = stack.pop()
-        if depth > MAX_DEPTH:
-            problems.append(Problem(path, f"nested deeper than {MAX_DEPTH} levels; a replay report never is",
-                                    pointer=_pointer(trail), code="too-deep"))
-            break
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1, (k, trail)) for k, v in value.items() if isinstance(v, (dict, list)))
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1, (i, trail)) for i, v in enumerate(value) if isinstance(v, (dict, list)))
-    cases = data.get("cases") if isinstance(data, dict) and not problems else None
-    if isinstance(cases, list):
-        import orjson
+    value, by JSON pointer) and a case whose unknown fields' JSON exceeds :data:`MAX_UNKNOWN_BYTES`.
 
+    Nesting is measured level by level over the parsed values (no recursion, no per-value bookkeeping); only a
+    report that is too deep is walked again to name the place. So a value nested thousands deep costs a loop,
+    never a RecursionError, and a clean report costs a fraction of its parse."""
+    import orjson
+
+    problems: list[Problem] = []
+    if _depth_exceeds(data, MAX_DEPTH):
+        problems.append(Problem(path, f"nested deeper than {MAX_DEPTH} levels; a replay report never is",
+                                pointer=_deepest_pointer(data), code="too-deep"))
+        return problems
+    cases = data.get("cases") if isinstance(data, dict) else None
+    if isinstance(cases, list):
         known = case_fields()
         for number, case in enumerate(cases):
-            unknown = {k: v for k, v in case.items() if k not in known} if isinstance(case, dict) else None
-            if not unknown:
+            names = case.keys() - known if isinstance(case, dict) else None
+            if not names:
                 continue
+            unknown = {k: case[k] for k in names}
             try:
                 size = len(orjson.dumps(unknown))
             except (TypeError, orjson.JSONEncodeError):
@@ -345,6 +342,33 @@ def bound_problems(data: Any, *, path: str) -> list[Problem]:
                                         f"{MAX_UNKNOWN_BYTES:,} are read", pointer=f"/cases/{number}",
                                         code="too-large"))
     return problems
+
+
+def _depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether a container in ``data`` lies deeper than ``limit`` (``data`` itself at 0): one level at a time."""
+    level = [data] if type(data) in (dict, list) else []
+    for _ in range(limit):
+        below: list[Any] = []
+        for value in level:
+            below += [v for v in (value.values() if type(value) is dict else value) if type(v) in (dict, list)]
+        if not below:
+            return False
+        level = below
+    return any(type(x) in (dict, list) for v in level for x in (v.values() if type(v) is dict else v))
+
+
+def _deepest_pointer(data: Any) -> str:
+    """The JSON pointer of the first value nested deeper than :data:`MAX_DEPTH` (walked without recursion)."""
+    stack: list[tuple[Any, int, Any]] = [(data, 0, None)]
+    while stack:
+        value, depth, trail = stack.pop()
+        if depth > MAX_DEPTH:
+            return _pointer(trail)
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, (k, trail)) for k, v in value.items() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, (i, trail)) for i, v in enumerate(value) if isinstance(v, (dict, list)))
+    return ""
 
 
 def _pointer(trail: Any) -> str:
@@ -402,15 +426,15 @@ class _Scanner:
         self.decoder = codecs.getincrementaldecoder("utf-8")()
         self.text, self.pos, self.eof = "", 0, False
 
-    def _more(self) -> bool:
-        """Read the next chunk (keeping what is not consumed yet); False at the end of the file."""
+    def _more(self, *, grow: bool = False) -> bool:
+        """Read the next chunk (keeping what is not consumed yet); False at the end of the file. ``grow``: a value
+        longer than what is held is being decoded, so read twice as much (fewer retries as it grows)."""
         if self.eof:
             return False
-        data = self.handle.read(self.chunk)
+        data = self.handle.read(len(self.text) - self.pos + self.chunk if grow else self.chunk)
         self.eof = not data
         self.text = self.text[self.pos:] + self.decoder.decode(data, final=self.eof)
         self.pos = 0
-        self.chunk = min(self.chunk * 2, 64 << 20)  # a value longer than a chunk: fewer retries as it grows
         return not self.eof
 
     def peek(self) -> str:
@@ -431,10 +455,10 @@ class _Scanner:
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
             except json.JSONDecodeError:
-                if not self._more():
+                if not self._more(grow=True):
                     raise
                 continue
-            if end == len(self.text) and self._more():  # a number may go on in the next chunk
+            if end == len(self.text) and self._more(grow=True):  # a number may go on in the next chunk
                 continue
             self.pos = end
             return value
