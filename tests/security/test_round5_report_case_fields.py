@@ -148,3 +148,22 @@ def test_a_deep_case_in_a_resumed_journal_is_skipped_not_a_traceback(tmp_path):
     journal.write_text(json.dumps({**case, "deep": _nested(300)}) + "\n")
     loaded = report_mod.load_partial(src / REPORT)
     assert all("deep" not in c for c in loaded["cases"])
+
+
+def test_an_earlier_imports_validation_loses_its_unknown_fields_on_the_next_import(tmp_path):
+    """A receipt's validation (from an earlier import) that SRC padded with a field no schema defines: the
+    next import copies the validation's defined fields only."""
+    folder = trusted_folder(tmp_path)
+    first = _replayed(tmp_path / "first", folder)
+    middle = tmp_path / "middle"
+    import_dataset(first, middle, definitions=[folder])
+    receipts = read_jsonl(middle / "receipts.jsonl")
+    for receipt in receipts:
+        receipt["validation"]["planted_note"] = "EVIL-RUN certified this"
+    (middle / "receipts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in receipts))
+    manifest.write(middle)
+    last = tmp_path / "last"
+    import_dataset(middle, last, definitions=[folder])
+    text = (last / "receipts.jsonl").read_text()
+    assert len(read_jsonl(last / "receipts.jsonl")) == len(receipts)
+    assert "EVIL-RUN" not in text and "planted_note" not in text
