@@ -89,20 +89,25 @@ def _child(out: Path, only: str | None, seconds: int) -> None:
             row = {"key": ref.key, "op_type": t.op_type, "engine": _engine_name(index, ref.attr)}
             if t.reference is None:
                 row["stage"], row["why"] = "no reference", "the template has no reference: nothing to judge with"
-            elif t.init is None:
+            elif t.init is None and flashinfer_engines.cpu_init(ref.key) is None:
                 row["stage"], row["why"] = "no init", "the template has no init: no inputs to call an engine with"
             else:
                 signal.alarm(seconds)
                 before = set(os.listdir(dumps)) if dumps.is_dir() else set()
                 try:
                     fi_api = _api_of(ref)
-                    values = _sampler_values(t, fi_api, sampling, flashinfer_samplers.CpuKernels) if fi_api else None
+                    values = _sampler_values(t, fi_api, sampling, flashinfer_samplers.CpuKernels) \
+                        if fi_api and t.init is not None else None
                     if values is not None:  # a sampler: FlashInfer's own API draws, on the CPU kernel twin
                         row["api"] = fi_api
                         with torch.no_grad():
                             getattr(sampling, fi_api.rpartition(".")[2])(**values)
                     else:
-                        values = flashinfer_engines.call_values(t, flashinfer_engines.EngineCall("", ""))
+                        twin = flashinfer_engines.cpu_init(ref.key) if t.init is None else None
+                        values = twin(1) if twin else flashinfer_engines.call_values(
+                            t, flashinfer_engines.EngineCall("", "", sizes=flashinfer_engines.small_sizes(ref.key)))
+                        if twin:
+                            row["init"] = "CPU twin (tools/flashinfer_engines.py)"
                         if not isinstance(values, dict) or "run" in values and "plan" in values:
                             raise TypeError("init builds a wrapper's plan/run, not one call")
                         function = flashinfer_engines.engine(row["engine"], t, list(values))

@@ -119,6 +119,59 @@ def _as_declared(returned: Any, template: Any, values: dict) -> Any:
     return type(returned)(cast) if isinstance(returned, (tuple, list)) else cast[0]
 
 
+# Const axes a template's init takes, set small where its defaults (DeepSeek's hidden size 7168, 256 experts) make
+# the CPU reference run for minutes: the math is the same at any size. Keyed by "module:attr" prefix.
+SMALL_SIZES: dict[str, dict[str, int]] = {
+    "moe:trtllm_fp8_block_scale_moe_llama4_routing_trace": {"hidden_size": 256, "intermediate_size": 256,
+                                                            "num_experts": 32, "num_local_experts": 32, "top_k": 1},
+    "moe:trtllm_fp8_block_scale_moe_": {"hidden_size": 256, "intermediate_size": 256, "num_experts": 32,
+                                        "num_local_experts": 32, "top_k": 4},
+    "moe:mono_moe_trace": {"hidden_size": 256, "intermediate_size": 256, "num_experts": 32, "top_k": 4},
+}
+
+
+def small_sizes(key: str) -> dict[str, int]:
+    """The small const sizes for a template (``module:attr``, as :data:`SMALL_SIZES` keys it), or {}."""
+    short = key.split("trace.templates.")[-1]
+    found = [k for k in SMALL_SIZES if short.startswith(k)]
+    return dict(SMALL_SIZES[max(found, key=len)]) if found else {}
+
+
+def _cute_dsl_batch_prefill_run(seed: int) -> dict[str, Any]:
+    """q, k, v of one ragged prefill: 8 query and 8 key rows, 4 heads of 64 (the template's reference is plain
+    softmax attention over them)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(8, 4, 64, generator=g).to(torch.bfloat16) for n in ("q", "k", "v")}
+
+
+def _cutlass_fused_moe(seed: int) -> dict[str, Any]:
+    """A 4-token, 4-expert, top-2 MoE of hidden size 32 and intermediate size 16 (FC1 holds gate and up: 32 rows),
+    experts picked at random, routing weights a softmax."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    tokens, hidden, inter, experts, top_k = 4, 32, 16, 4, 2
+    return {"input": torch.randn(tokens, hidden, generator=g).to(torch.bfloat16),
+            "token_selected_experts": torch.randint(0, experts, (tokens, top_k), generator=g, dtype=torch.int32),
+            "token_final_scales": torch.softmax(torch.randn(tokens, top_k, generator=g), -1),
+            "fc1_expert_weights": (torch.randn(experts, 2 * inter, hidden, generator=g) * 0.1).to(torch.bfloat16),
+            "fc2_expert_weights": (torch.randn(experts, hidden, inter, generator=g) * 0.1).to(torch.bfloat16)}
+
+
+# CPU inits for templates FlashInfer ships without one, where the template's inputs are plain tensors
+CPU_INITS = {
+    "attention:cute_dsl_batch_prefill_run_trace": _cute_dsl_batch_prefill_run,
+    "moe:cutlass_fused_moe_trace": _cutlass_fused_moe,
+}
+
+
+def cpu_init(key: str) -> Any | None:
+    """The CPU init twin for a template without an init (``module:attr``), or None."""
+    return CPU_INITS.get(key.split("trace.templates.")[-1])
+
+
 def call_values(template: Any, call: EngineCall, default_size: int = 2) -> dict[str, Any]:
     """The arguments of one call: the template's ``init`` at the given sizes, then the replaced ones."""
     init = inspect.signature(template.init).parameters

@@ -138,6 +138,10 @@ def _copies(template: Any, arguments: dict) -> dict:
 def _record(cap: Any, template: Any, fi_api: str, arguments: dict, before: dict, result: Any) -> None:
     from ikdata.flashinfer import loader
     from ikdata.flashinfer.convert import Refused
+    from pathlib import Path
+
+    from ikdata.flashinfer.dumps import Call
+    from ikdata.flashinfer.sampling_calls import as_declared
     from ikdata.flashinfer.staging import Match, _no_trace_dump, workload
 
     with _no_trace_dump():
@@ -148,8 +152,10 @@ def _record(cap: Any, template: Any, fi_api: str, arguments: dict, before: dict,
         results = [arguments.get(d.param) for d in template.outputs.values()]
     inputs_now = {**arguments, **before}
     try:
-        definition, inputs, outputs = workload(Match(template, key or "", record), record, inputs_now, results,
-                                               source="flashinfer")
+        module, _, function = fi_api.rpartition(".")
+        call = as_declared(Call(Path(fi_api), function, module, inputs_now, results), template)  # sampling APIs
+        definition, inputs, outputs = workload(Match(template, key or "", record), record, call.arguments,
+                                               call.results, source="flashinfer")
     except Refused as exc:  # not a cap: counted in the census with FlashInfer's reason
         _census().skipped(fi_api, f"flashinfer: {exc.reason}")
         return

@@ -84,16 +84,18 @@ def _one_value(call: Call, template: Any) -> Call:
     return replace(call, arguments=arguments)
 
 
-def as_declared(call: Call) -> Call:
+def as_declared(call: Call, template: Any = None) -> Call:
     """``call`` with its settings and ``indices`` in the form its sampling template declares (see the module).
+
+    ``template``: the call's template when the caller knows it (capture); else the one its API's decorator names.
 
     Raises:
         Refused: ``indices`` or a per-row setting that does not fit the rows it indexes.
     """
     import torch
 
-    template = declared_template(call)
-    if template is None:
+    template = template if template is not None else declared_template(call)
+    if template is None or template.op_type != "sampling" or not any(n in template.inputs for n in SAMPLING_INPUTS):
         return call
     if not is_sampler(template):
         return _one_value(call, template)
