@@ -153,3 +153,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The longest groups first (make test passes --no-loadscope-reorder), so no worker starts one at the end
     # while the other has nothing left; the rest keep their order (a module's tests stay together).
     items[:] = [item for _, item in sorted(engine_first, key=lambda pair: pair[0])]
+
+
+def _apply_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker under ``--dist loadgroup``: end each grouped test's node id with ``@GROUP``, the way
+    the scheduler reads groups. xdist (3.8) writes ``item._nodeid``, which pytest >= 9.2 no longer reads (it keeps
+    the id in ``item._id``), so there every test would run anywhere, engines started once per worker."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        marks = [m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")]
+        if not marks or item.nodeid.rfind("@") > item.nodeid.rfind("]"):
+            continue  # no group, or xdist applied it (as its scheduler reads it)
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(set(map(str, marks))))}")
+
+
+class _GroupsAfterXdist:
+    """Runs after xdist's own pytest_collection_modifyitems (trylast), to check its work (:func:`_apply_groups`)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        _apply_groups(config, items)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsAfterXdist(), "ikdata-xdist-groups")
