@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ikdata.capture.sources import declared_by
 from ikdata.engines.sampler_rows import TEMPLATE as SAMPLER_TEMPLATE
@@ -235,8 +235,59 @@ def _watch(cap: Any, proc: Any) -> None:
         proc._ikdata_changed = None
 
 
-def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, SampledRow]], Any] | None:
-    """The rows to record and their logits, copied before the sampler runs (None: nothing to record)."""
+SAMPLER_ROWS = 256  # the default keeps at most this many sampler rows per engine process ...
+ROWS_PER_STEP = 32  # ... and at most this many of each decode step it looks at
+
+
+def _row_wanted(cap: Any, runner: Any, step: int) -> bool:
+    """Whether capture's default selection keeps this row, decided before any copy: a bounded spread of
+    sampler rows. Where steps were asked for (``--steps``, ``--per-step``) every row is offered to
+    :meth:`record`, which decides by them (and ``--max-per-definition`` bounds them). Otherwise: rows at the
+    decode steps the default looks at (:func:`ikdata.capture.selection.looks_at`: 0-3, then powers of two),
+    at most :data:`ROWS_PER_STEP` of each such step and :data:`SAMPLER_ROWS` in all, so a long run or a busy
+    server pays for a few hundred rows, spread over the generation, and then nothing."""
+    from ikdata.capture.selection import looks_at
+
+    config = cap.config
+    if config.steps is not None or getattr(config, "per_step", False):
+        return True
+    if not looks_at(step):
+        return False
+    kept = runner.__dict__.setdefault("_ikdata_rows_kept", {})
+    if kept.get(step, 0) >= ROWS_PER_STEP or sum(kept.values()) >= SAMPLER_ROWS:
+        return False
+    kept[step] = kept.get(step, 0) + 1
+    return True
+
+
+def _bad_words_reach_prompt(params: Any, state: Any) -> bool:
+    """Whether vLLM's bad-word ban (a word's last token, where its other tokens end the *output*) differs for
+    this row from the judge's (where they end the prompt and output together): a multi-token word whose prefix
+    the prompt completes."""
+    words = getattr(params, "bad_words_token_ids", None) or ()
+    if not any(len(w) > 1 for w in words):
+        return False
+    output = list(state.output_token_ids)
+    whole = list(state.prompt_token_ids or ()) + output
+    for word in words:
+        head = list(word[:-1])
+        if head and (output[-len(head):] == head if len(output) >= len(head) else False) != (whole[-len(head):] == head):
+            return True
+    return False
+
+
+class Pending(NamedTuple):
+    """What the sampler hook decided before the call: the rows to record and their logits (copied), and the
+    batch indices of every row it looked at (the rows a user's logits processor changes are counted over all
+    of them, recorded or not)."""
+
+    rows: list[tuple[int, SampledRow]]
+    logits: Any
+    looked: list[int]
+
+
+def _rows_before(cap: Any, runner: Any, logits: Any) -> Pending | None:
+    """The rows to record and their logits, copied before the sampler runs (None: nothing to record or count)."""
     import torch
 
     batch = runner.input_batch
@@ -244,10 +295,13 @@ def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, Sa
     discard = getattr(getattr(runner, "discard_request_mask", None), "np", None)
     generators = getattr(batch, "generators", None) or {}
     noise = _noise(runner) if generators else None
-    for proc in _custom_processors(cap, batch):
+    processors = _custom_processors(cap, batch)
+    for proc in processors:
         if proc._ikdata_changed is not None:
             proc._ikdata_changed.clear()
     rows: list[tuple[int, SampledRow]] = []
+    looked: list[int] = []
+    left = 0  # rows the default selection leaves (counted in the census)
     for index, req_id in enumerate(req_ids):
         if discard is not None and bool(discard[index]):
             continue  # a partial prefill chunk: vLLM discards this row's token
@@ -259,17 +313,29 @@ def _rows_before(cap: Any, runner: Any, logits: Any) -> tuple[list[tuple[int, Sa
         if reason is not None:
             _skip(cap, f"sampler row with {reason} (not modelled by the sampling judge)")
             continue
-        settings = settings_of(params)
+        if _bad_words_reach_prompt(params, state):
+            _skip(cap, "sampler row with a bad word whose prefix reaches into the prompt (vLLM matches output "
+                       "tokens only; not modelled by the sampling judge)")
+            continue
+        looked.append(index)
         step = len(state.output_token_ids)
+        if not _row_wanted(cap, runner, step):
+            left += 1
+            continue
+        settings = settings_of(params)
         generator = generators.get(index)
         rows.append((index, SampledRow(external_id(str(req_id)), step, tuple(state.prompt_token_ids or ()),
                                        tuple(state.output_token_ids), settings,
                                        _generator(generator, settings.seed, step, noise)
                                        if generator is not None else None)))
+    if left:
+        from ikdata.capture import census
+
+        census.skipped(SAMPLER_OPERATION, "selection rule", None, left)
     if not rows:
-        return None
+        return Pending([], None, looked) if processors and looked else None
     index = torch.tensor([i for i, _ in rows], dtype=torch.long, device=logits.device)
-    return rows, logits.detach().index_select(0, index).to("cpu", torch.float32, copy=True)
+    return Pending(rows, logits.detach().index_select(0, index).to("cpu", torch.float32, copy=True), looked)
 
 
 def _patch_runner(cap: Any, module: Any) -> None:
@@ -280,6 +346,8 @@ def _patch_runner(cap: Any, module: Any) -> None:
     def make(original: Any) -> Any:
         def _sample(self: Any, logits: Any, spec_decode_metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
             pending = None
+            if cap.enabled and not self.__dict__.get("_ikdata_constants"):
+                _check_constants(cap, self)
             only = cap.only
             if (cap.enabled and logits is not None and SAMPLER_TEMPLATE not in cap.disabled
                     and (not only or "sampling" in only or any(n.startswith(SAMPLER_TEMPLATE) for n in only))):
@@ -304,24 +372,50 @@ def _patch_runner(cap: Any, module: Any) -> None:
     _wrap(cap, runner_cls, "_sample", make)
 
 
-def _record_rows(cap: Any, runner: Any, pending: tuple[list[tuple[int, SampledRow]], Any], out: Any) -> None:
-    rows, logits = pending
-    drawn = out.sampled_token_ids[:, 0].to("cpu").tolist()
-    facts = _model_facts(cap, runner)
+def _check_constants(cap: Any, runner: Any) -> None:
+    """Once per engine: the constants vLLM built (attention scale, rotary base and cache, norm epsilon) against
+    the model's config (:mod:`ikdata.engines.vllm_constants`); a mismatch fails the capture, naming the layer
+    and the config field (a kernel given a wrong constant replays clean with it)."""
+    from ikdata.engines import vllm_constants
+
+    runner._ikdata_constants = True
+    try:
+        config = getattr(getattr(runner, "model_config", None), "hf_config", None)
+        model = getattr(runner, "model", None)
+        if config is None or model is None:
+            return
+        checked, wrong = vllm_constants.check(model, config)
+    except Exception as exc:  # noqa: BLE001  a failing check must not break the engine
+        _skip(cap, f"constants not checked against the model's config ({type(exc).__name__}: {exc})")
+        return
+    runner._ikdata_constants = checked
+    if wrong:
+        cap._fail("vllm constants", RuntimeError("constants differ from the model's config: " + "; ".join(wrong)),
+                  lost=True)
+
+
+def _record_rows(cap: Any, runner: Any, pending: Pending, out: Any) -> None:
+    """Record the selected rows the user's logits processors left alone; count by name every looked-at row one
+    of them changed (recorded or not: it is not judged as if absent)."""
     changed: dict[int, list[str]] = {}
     for proc in _custom_processors(cap, runner.input_batch):
         name = f"{type(proc).__module__}.{type(proc).__qualname__}"
         touched = proc._ikdata_changed
-        for index, _ in rows:
+        for index in pending.looked:
             if touched is None or index in touched:  # unwatchable: every row may have been changed
                 changed.setdefault(index, []).append(name)
-    for slot, (index, row) in enumerate(rows):
+    for index in pending.looked:
         if index in changed:
             _skip(cap, f"sampler row changed by logits processor {', '.join(sorted(set(changed[index])))} "
                        "(not modelled by the sampling judge)")
-            continue
-        record_row(cap, logits[slot], row, drawn[index], operation=SAMPLER_OPERATION, order=_vllm().order,
-                   provenance=facts)
+    if not pending.rows:
+        return
+    drawn = out.sampled_token_ids[:, 0].to("cpu").tolist()
+    facts = _model_facts(cap, runner)
+    for slot, (index, row) in enumerate(pending.rows):
+        if index not in changed:
+            record_row(cap, pending.logits[slot], row, drawn[index], operation=SAMPLER_OPERATION,
+                       order=_vllm().order, provenance=facts)
 
 
 IDENTITY_BLOCK = 1 << 20  # the first and last MiB of each file name its content in the model's identity
@@ -440,6 +534,25 @@ def _patch_embedding(cap: Any, module: Any) -> None:
     _wrap(cap, method, "apply", make_apply)
 
 
+def _taken(cap: Any, label: str, template: str, fills: dict[str, int], variant: str, *, seen: bool = False) -> bool:
+    """Whether this call's key was already recorded (capture keeps each distinct call once per run, or once per
+    step where steps were asked for), decided *before* the copies an in-place op or the paged KV cache needs;
+    such a call is counted in the census under the selection rule, as :meth:`record` would (``seen``: already
+    counted as run, inside :func:`_dispatch`)."""
+    resolved = cap._resolve(template, fills)
+    req = cap.tracker.current_request()
+    if resolved is None or req is None or cap.ranks.current().distributed:
+        return False  # record() decides and counts
+    if not cap.ledger.is_seen((resolved.name, req.request_id, cap.tracker.current_step(), variant)):
+        return False
+    from ikdata.capture import census
+
+    if not seen:
+        census.seen(label)
+    census.skipped(label, "selection rule", resolved.name)
+    return True
+
+
 def _dispatch(cap: Any, label: str, record: Callable[[], None]) -> None:
     """Run a recording through the Capturer's guard (re-entrancy, a failing hook disables its label)."""
     cap._dispatch(lambda _cap, *call: record(), label, ((), {}, None))
@@ -457,6 +570,11 @@ def _patch_rmsnorm(cap: Any, module: Any) -> None:
             prefix = "rmsnorm" if residual is None else "fused_add_rmsnorm"
             if not plain or not _active(cap, prefix, "norm"):
                 return original(self, x, residual, *args, **kwargs)
+            s = _short(x.dtype)
+            hidden = int(self.weight.shape[0])
+            if s is not None and _taken(cap, "vllm RMSNorm.forward", f"{prefix}_{s}", {"H": hidden},
+                                        f"m{x.numel() // hidden}"):
+                return original(self, x, residual)
             before = (x.detach().clone(), residual.detach().clone()) if residual is not None else None
             out = original(self, x, residual)
             _dispatch(cap, "vllm RMSNorm.forward", lambda: _record_rmsnorm(cap, self, x, before, out))
@@ -526,6 +644,10 @@ def _patch_rotary(cap: Any, module: Any) -> None:
             if (not _active(cap, "rotary_neox", "rope") or args or kwargs or key is None
                     or not _plain_rotary(type(self), cls) or not getattr(self, "is_neox_style", False)):
                 return original(self, positions, query, key, *args, **kwargs)
+            s = _short(query.dtype)
+            if s is not None and _taken(cap, "vllm RotaryEmbedding.forward", f"rotary_neox_{s}",
+                                        {"D": int(self.head_size), "R": int(self.rotary_dim)}, f"t{positions.numel()}"):
+                return original(self, positions, query, key)
             before = (positions.detach().clone(), query.detach().clone(), key.detach().clone())
             out = original(self, positions, query, key)
             _dispatch(cap, "vllm RotaryEmbedding.forward", lambda: _record_rotary(cap, self, before, out))
@@ -630,9 +752,13 @@ def _record_attention(cap: Any, impl: Any, query: Any, key: Any, value: Any, kv_
     tokens = int(meta.num_actual_tokens)
     blocks, kv_heads, block_size, _ = kv_cache.shape
     head = query.shape[-1]
+    seq_lens = meta.seq_lens.to("cpu", torch.int64)
+    heads = query[:tokens].reshape(tokens, -1, head).shape[1]
+    if _taken(cap, "vllm CPUAttentionBackendImpl.forward", f"attention_varlen_causal_{s}",
+              {"H": heads, "HKV": kv_heads, "D": head}, f"t{tokens}_s{int(seq_lens.sum())}", seen=True):
+        return  # the gather below copies every sequence's keys and values: only for a call that is kept
     halves = kv_cache.view(blocks, kv_heads, block_size * 2, head)
     cu_q = meta.query_start_loc.to("cpu", torch.int64)
-    seq_lens = meta.seq_lens.to("cpu", torch.int64)
     table = meta.block_table.to("cpu", torch.int64)
     keys = _gather(halves, 0, table, seq_lens, cu_q, key)
     values = _gather(halves, 1, table, seq_lens, cu_q, value)

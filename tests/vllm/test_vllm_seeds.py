@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ikdata.capture.selection import looks_at
 from conftest import ENGINE_TIMEOUT, ROOT, Run, engine_env
 
 SEEDED_PROGRAM = Path(__file__).parent / "vllm_seeded_prog.py"
@@ -59,7 +60,8 @@ def test_requests_sharing_a_seed_pass_on_an_honest_engine_each_draw_replayed_fro
     run = seeded_honest
     assert run.replay.returncode == 0, run.replay.stdout[-3000:]
     sampled = [r for r in run.receipts() if r["definition"] == SAMPLER]
-    assert len(sampled) == PROMPTS * TOKENS
+    looked_at = [i for i in range(TOKENS) if looks_at(i)]  # capture's default: a spread of decode steps
+    assert len(sampled) == PROMPTS * len(looked_at)
     # what the seed fixes, per row: the seed, its position (the decode step), the generator's state
     states: dict[int, set[str]] = defaultdict(set)
     for receipt in sampled:
@@ -68,12 +70,13 @@ def test_requests_sharing_a_seed_pass_on_an_honest_engine_each_draw_replayed_fro
         assert generator["noise"] == "gumbel_splitmix64" and isinstance(generator["noise_seed"], int)
         states[receipt["step"]].add(generator["state"])
     # one seed, one generator per request: every request is at the same state at the same step
-    assert all(len(found) == 1 for found in states.values()) and len(set().union(*states.values())) == TOKENS
+    assert sorted(states) == looked_at
+    assert all(len(found) == 1 for found in states.values()) and len(set().union(*states.values())) == len(looked_at)
     # the four requests with one prompt and one seed got the same tokens, as vLLM promises
     same = [r["tokens"] for r in run.outputs["requests"][-4:]]
     assert all(tokens == same[0] for tokens in same)
     statuses = [c["status"] for c in run.report["cases"] if c["definition"] == SAMPLER]
-    assert "failed" not in statuses and statuses.count("passed") >= PROMPTS * TOKENS - 8, statuses
+    assert "failed" not in statuses and statuses.count("passed") >= len(sampled) - 8, statuses
     verdict = _verdict(run)
     assert verdict["verdict"] == "passed", verdict
     assert " 0 differ" in verdict["seeded"] and "replayed from their seed and matched" in verdict["seeded"]
@@ -86,6 +89,6 @@ def test_a_sampler_that_ignores_the_requests_seeds_fails_naming_the_replay(seede
     verdict = _verdict(run)
     assert verdict["verdict"] == "failed", verdict
     failed = [c for c in run.report["cases"] if c["definition"] == SAMPLER and c["status"] == "failed"]
-    assert len(failed) > PROMPTS * TOKENS // 2
+    assert len(failed) > PROMPTS * 3
     assert all("seed" in c["reason"] for c in failed), failed[0]["reason"]
     assert any("differs from its replay from the seed" in c["reason"] for c in failed)

@@ -84,7 +84,8 @@ def _log_line(model: Path, answers: list[tuple[int, dict]]) -> dict:
 def served(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Served:
     folder = tmp_path_factory.mktemp("vllm-server")
     dataset, port = folder / "captured", _free_port()
-    command = [str(vllm_python.parent / "ikdata"), "capture", "--into", str(dataset), "--",
+    # --steps 0-4: every sampler row of decode steps 0-4 (the default keeps a bounded spread of rows)
+    command = [str(vllm_python.parent / "ikdata"), "capture", "--into", str(dataset), "--steps", "0-4", "--",
                str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
                "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--dtype", "float32",
                "--max-model-len", "256", "--max-logprobs", "20"]

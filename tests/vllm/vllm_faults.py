@@ -6,6 +6,8 @@ broken kernel would be, so the recorded output is the broken one:
 - ``temperature_twice``: vLLM's ``Sampler.apply_temperature`` divides the logits by the temperature twice;
 - ``linear``: the repacked GEMM of ``model.layers.0.mlp.down_proj`` returns its output x1.01;
 - ``attention``: the CPU attention kernel's output x1.01 in ``model.layers.0.self_attn.attn``;
+- ``scale_wrong``: layer 0's attention scale is 1/D instead of 1/sqrt(D) (set after the model is loaded);
+- ``rope_base_twice``: the rotary cos/sin cache is rebuilt with twice the config's base;
 - ``seed_ignored``: vLLM's CPU sampler (``TopKTopPSampler.forward_cpu``) ignores the requests' own
   generators, so seeded requests draw from the global generator (a seed does not fix the draw).
 
@@ -49,6 +51,30 @@ def _seed_ignored(module) -> None:
         return original(self, logits, {}, k, p)
 
     cls.forward_cpu = forward_cpu
+
+
+def _constants(module, faults) -> None:
+    cls = module.CPUModelRunner
+    original = cls.load_model
+
+    def load_model(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        for name, layer in self.model.named_modules():
+            if "scale_wrong" in faults and name.endswith(ATTENTION_LAYER) and hasattr(layer, "impl"):
+                layer.impl.scale = 1.0 / layer.impl.head_size
+            if "rope_base_twice" in faults and type(layer).__name__ == "RotaryEmbedding":
+                layer.cos_sin_cache.copy_(_cache(layer, 2 * layer.base).to(layer.cos_sin_cache.dtype))
+        return result
+
+    cls.load_model = load_model
+
+
+def _cache(layer, base):
+    import torch
+
+    inv = 1.0 / (base ** (torch.arange(0, layer.rotary_dim, 2, dtype=torch.float) / layer.rotary_dim))
+    freqs = torch.outer(torch.arange(layer.cos_sin_cache.shape[0], dtype=torch.float), inv)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
 
 
 def _linear(module) -> None:
@@ -105,6 +131,8 @@ def install(api) -> None:
     plan = {"temperature_twice": [("vllm.v1.sample.sampler", _sampler)],
             "linear": [("vllm.model_executor.layers.linear", _linear)],
             "seed_ignored": [("vllm.v1.sample.ops.topk_topp_sampler", _seed_ignored)],
+            "scale_wrong": [("vllm.v1.worker.cpu_model_runner", lambda m: _constants(m, _faults()))],
+            "rope_base_twice": [("vllm.v1.worker.cpu_model_runner", lambda m: _constants(m, _faults()))],
             "attention": [("vllm.model_executor.layers.attention.attention", _attention_layer),
                           ("vllm._custom_ops", _attention_kernel)]}
     for fault in _faults():

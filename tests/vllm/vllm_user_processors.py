@@ -1,4 +1,4 @@
-"""A user's own vLLM v1 logits processor (``LLM(logits_processors=["vllm_user_processors.BoostToken"])``):
+"""A user's own vLLM v1 logits processor (``LLM(logits_processors=["vllm_user_processors:BoostToken"])``):
 adds 5 to token 65 for requests that ask for it with ``SamplingParams(extra_args={"boost": True})``."""
 
 from __future__ import annotations

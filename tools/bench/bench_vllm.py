@@ -2,14 +2,16 @@
 
     .venv/bin/python tools/bench/bench_vllm.py [--prompts 32] [--tokens 32] [--smoke]
 
-Full run (needs ``make vllm-venv``; four engine starts, about 8 minutes on 2 cores): a tiny random Llama
-(tools/vllm_tiny_model.py) generates with vLLM's offline ``LLM`` (enforce_eager), timed inside the program
-after a warm-up, so engine start-up is not counted:
+Full run (needs ``make vllm-venv``; two engine starts, four with ``--all``, 2-4 minutes each on 2 shared
+cores): a tiny random Llama (tools/vllm_tiny_model.py) generates with vLLM's offline ``LLM`` (enforce_eager),
+timed inside the program after a warm-up, so engine start-up is not counted; each line's ratio is against
+bare in the same run:
 
     bare                      the program alone
-    nothing selected          ikdata capture --only conv (hooks installed, no call matches)
-    sampler only              ikdata capture --only sampling
-    operators and sampler     ikdata capture (everything: every GEMM, attention, norms, rotary, SiLU, sampler)
+    default capture           ikdata capture (its default selection: operators once per key, a bounded spread
+                              of sampler rows)
+    nothing selected          ikdata capture --only conv (hooks installed, no call matches; --all)
+    sampler only              ikdata capture --only sampling (--all)
 
 ``--smoke`` starts no engine (a start takes 1-2 minutes): it times the per-row cost of recording a sampler
 row (ikdata.engines.sampler_rows.record_row into a dataset) against torch sampling the same rows.
@@ -54,8 +56,8 @@ def main():
 if __name__ == "__main__":
     main()
 '''
-MODES = (("bare", None), ("nothing selected", ["--only", "conv"]), ("sampler only", ["--only", "sampling"]),
-         ("operators and sampler", []))
+MODES = (("bare", None), ("default capture", []), ("nothing selected", ["--only", "conv"]),
+         ("sampler only", ["--only", "sampling"]))
 
 
 def _engine_run(folder: Path, model: Path, capture: list[str] | None, prompts: int, tokens: int) -> float:
@@ -76,7 +78,7 @@ def _engine_run(folder: Path, model: Path, capture: list[str] | None, prompts: i
     return result["tokens"] / result["seconds"]
 
 
-def full(prompts: int, tokens: int) -> None:
+def full(prompts: int, tokens: int, modes: int = 2) -> None:
     if not VLLM_PYTHON.exists():
         sys.exit("bench_vllm: no .venv-vllm here; build it with `make vllm-venv`")
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,10 +88,10 @@ def full(prompts: int, tokens: int) -> None:
                        capture_output=True)
         print(f"vLLM generate, {prompts} prompts x {tokens} tokens, tiny Llama (load {load_average()})")
         bare = None
-        for name, capture in MODES:
+        for name, capture in MODES[:modes]:
             rate = _engine_run(folder, model, capture, prompts, tokens)
             bare = bare or rate
-            print(f"  {name:24s} {rate:9.1f} tokens/s  {rate / bare:5.2f}x bare")
+            print(f"  {name:24s} {rate:9.1f} tokens/s  {rate / bare:5.2f}x bare", flush=True)
 
 
 def smoke(rows: int = 64, vocab: int = 32000) -> None:
@@ -125,11 +127,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--smoke", action="store_true", help="no engine: the per-row recording cost alone")
+    parser.add_argument("--all", action="store_true", help="also --only conv (nothing selected) and --only sampling")
     args = parser.parse_args()
     if args.smoke:
         smoke()
     else:
-        full(args.prompts, args.tokens)
+        full(args.prompts, args.tokens, len(MODES) if args.all else 2)
 
 
 if __name__ == "__main__":
