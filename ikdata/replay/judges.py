@@ -208,14 +208,16 @@ def systematic_metrics(reference: torch.Tensor, engine: torch.Tensor) -> dict[st
     n, blocks = r.numel(), int(SYSTEMATIC["blocks"])
     if n < SYSTEMATIC["min_elements"]:
         return None
+    largest = float(r.abs().max())
+    if largest == 0.0:
+        return None
+    r, g = r / largest, g / largest  # every coefficient is scale-free: keep r² clear of overflow and underflow
     d = g - r
     size = n // blocks  # equal blocks; the last also takes the n % blocks elements left over
     counts = torch.full((blocks,), float(size), dtype=r.dtype, device=r.device)
     counts[-1] += n - size * blocks
     per_block = torch.stack([counts] + [_block_sums(q, blocks, size) for q in (r, r * r, d, r * d)], dim=1)
     total = per_block.sum(0)
-    if float(total[2]) == 0.0:
-        return None
     scale, offset = _fit(total)
     left_out_scale, left_out_offset = _fit(total - per_block)
     factor = (blocks - 1) / blocks

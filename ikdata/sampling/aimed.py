@@ -31,6 +31,7 @@ against tens expected after a few hundred draws.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -223,8 +224,11 @@ def aimed_test(name: str, p: Sequence[float], hits: int, *, alpha: float) -> dic
     """The aimed test of one stratum, as the report's test record."""
     p_value, null = two_sided_p(p, hits)
     p = np.asarray(p, np.float64)
-    return {"test": "aimed", "stratum": name, "n": int(len(p)), "hits": int(hits), "expected": float(p.sum()),
-            "sd": float(math.sqrt(float((p * (1 - p)).sum()))), "p_value": p_value, "alpha": alpha, "null": null,
+    expected, sd = float(p.sum()), float(math.sqrt(float((p * (1 - p)).sum())))
+    # the smallest relative shift of the hits this test sees (normal approximation, two-sided at alpha)
+    detectable = NormalDist().inv_cdf(1 - alpha / 2) * sd / expected if expected > 0 else math.inf
+    return {"test": "aimed", "stratum": name, "n": int(len(p)), "hits": int(hits), "expected": expected,
+            "sd": sd, "p_value": p_value, "alpha": alpha, "null": null, "detectable_relative_shift": detectable,
             "too_small": False, "passed": p_value >= alpha}
 
 

@@ -23,12 +23,13 @@ same record, which :func:`ikdata.sampling.groups.decide` pools per definition:
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ikdata.core.digest import bytes_digest
-from ikdata.sampling.aimed import kept_blocks, strata
+from ikdata.sampling.aimed import kept_blocks, strata, top_p_stratum
 from ikdata.sampling import independence, seeded
 from ikdata.sampling.distribution import (ANY, BAD_LOGPROBS, DEFAULT_TOL, LOGPROB_TOL, OK, REASONS, Settings,
                                           judge_logits)
@@ -123,10 +124,12 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
                               | (extras.frequency_penalty != 0))
     blocks = list(kept_blocks(logits, judged.kept, settings.temperature, np.flatnonzero(wanted), warped.kept_ids,
                               warped.kept_probs))  # each judged row's kept distribution, read once for both
-    if extras is not None:
-        found = strata(extras, np.asarray(drawn, np.int64), drawn_ok, logits.shape[1], blocks)
-        if found:
-            record["aimed"] = found  # the positions and tokens a penalty touches, tested on their own
+    found = strata(extras, np.asarray(drawn, np.int64), drawn_ok, logits.shape[1], blocks) if extras is not None else {}
+    cut = np.flatnonzero(drawn_ok & (settings.top_p < 1) & ~wanted)  # top-p rows the blocks above did not read
+    found.update(top_p_stratum(settings.top_p, np.asarray(drawn, np.int64), drawn_ok, itertools.chain(blocks, kept_blocks(
+        logits, judged.kept, settings.temperature, cut, warped.kept_ids, warped.kept_probs) if len(cut) else ())))
+    if found:
+        record["aimed"] = found  # the positions and tokens a penalty or a top-p cut touches, tested on their own
     record["independence"] = _independence(extras, np.asarray(drawn, np.int64), seeds, rows, blocks, seed, states)
     draws, distributions = [], {}
     vocab = logits.shape[1]

@@ -1,8 +1,8 @@
 """The whole judge on records (as replay builds them), pooled per definition: false alarms and a caught bug.
 
 Each run is one definition: 300 positions with one draw each (the pooled PIT test) and 100
-seeded draws of one distribution (a TV test), and the independence test of neighbouring rows, so
-three tests at alpha / 3 each (Bonferroni).
+seeded draws of one distribution (a TV test), the aimed test of the mass at the top-p cut, and the
+independence test of neighbouring rows, so four tests at alpha / 4 each (Bonferroni).
 Over 200 runs of a correct sampler at alpha = 1e-3 the number of definitions that fail is
 Binomial(200, <= 1e-3): more than 2 has probability <= 0.0012. The bug is caught at the
 recommended 2,000 positions.
@@ -36,11 +36,12 @@ def test_correct_sampler_false_alarms_whole_judge():
     failed = 0
     for run in range(200):
         verdict = _run(rng, run)
-        if [t["test"] for t in verdict.tests] == ["pit", "independence"]:  # the repeated distribution kept one token
-            assert verdict.degenerate and verdict.tests[0]["alpha"] == 1e-3 / 2  # no TV test claims power there
+        # aimed: the mass at the top-p cut (issue 46)
+        if [t["test"] for t in verdict.tests] == ["pit", "aimed", "independence"]:  # the repeated distribution kept one token
+            assert verdict.degenerate and verdict.tests[0]["alpha"] == 1e-3 / 3  # no TV test claims power there
         else:
-            assert [t["test"] for t in verdict.tests] == ["pit", "tv", "independence"]
-            assert all(t["alpha"] == 1e-3 / 3 for t in verdict.tests)
+            assert [t["test"] for t in verdict.tests] == ["pit", "tv", "aimed", "independence"]
+            assert all(t["alpha"] == 1e-3 / 4 for t in verdict.tests)
         failed += verdict.statuses[f"run-{run}"][0] == "failed"
     assert failed <= 2, f"{failed} of 200 correct runs failed"
 

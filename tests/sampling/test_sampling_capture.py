@@ -124,7 +124,8 @@ def test_captured_draws_get_a_sampling_verdict(tmp_path, capture_into):
     assert not [c for c in report["cases"] if c["status"] in ("failed", "error")]
     group = report["sampling"][0]
     assert group["alpha"] == 1e-3 and group["tests"]
-    assert all("p_value" in t and ("detectable_tv" in t or "detectable_temperature_error" in t) for t in group["tests"])
+    assert all("p_value" in t and ("detectable_tv" in t or "detectable_temperature_error" in t
+                                   or "detectable_relative_shift" in t) for t in group["tests"])
 
 
 def test_a_capture_uninstalled_before_transformers_loads_is_not_the_one_patched_in(tmp_path):
