@@ -68,6 +68,11 @@ def engine(name: str, template: Any, params: list[str], wrong: bool = False) -> 
                 name = key if key in accepted else param
                 if accepted[name].default is inspect.Parameter.empty:  # required by the reference: None it is
                     kwargs[name] = None  # (an optional input init leaves out; with a default, the default)
+        from ikdata.flashinfer.convert import SCRATCH
+
+        for name in SCRATCH & set(accepted):  # a kernel's scratch buffer: the reference gets None, as run passes
+            if accepted[name].default is inspect.Parameter.empty:
+                kwargs.setdefault(name, None)
         returned = _as_declared(reference(**kwargs), template, values)
         if wrong:
             returned = _off(returned)
@@ -127,6 +132,7 @@ SMALL_SIZES: dict[str, dict[str, int]] = {
     "moe:trtllm_fp8_block_scale_moe_": {"hidden_size": 256, "intermediate_size": 256, "num_experts": 32,
                                         "num_local_experts": 32, "top_k": 4},
     "moe:mono_moe_trace": {"hidden_size": 256, "intermediate_size": 256, "num_experts": 32, "top_k": 4},
+    "attention:trtllm_batch_decode_mla_ragged_trace": {"batch_size": 2, "batch_size_plus_1": 3},
 }
 
 
@@ -176,7 +182,9 @@ def call_values(template: Any, call: EngineCall, default_size: int = 2) -> dict[
     """The arguments of one call: the template's ``init`` at the given sizes, then the replaced ones."""
     init = inspect.signature(template.init).parameters
     merged = {**call.sizes, **call.replace}
-    sizes = {a: default_size for a, m in template.axes.items() if type(m).__name__ == "Var" and a in init}
+    # a var axis the init defaults to 0 is derived from the others (batch_size_plus_1, head_dim): left to the init
+    sizes = {a: default_size for a, m in template.axes.items() if type(m).__name__ == "Var" and a in init
+             and init[a].default != 0}
     sizes.update({k: v for k, v in merged.items() if k in init})
     values = template.init(device="cpu", seed=call.seed, **sizes)
     values.update({k: v for k, v in merged.items() if k not in init})

@@ -29,6 +29,9 @@ SOURCE_TAG = "ikdata:flashinfer"  # ikdata:flashinfer=<template key>: converted 
 UNMAPPED_CHECK_TAG = "ikdata:flashinfer-check=unmapped"
 OUT_SUFFIX = "_out"
 WITHOUT = "__without_"
+# A reference parameter that is a kernel's scratch buffer, not an input of the math (trtllm_batch_decode's
+# workspace_buffer): ``run`` passes None for it when the definition does not hold it.
+SCRATCH = frozenset({"workspace_buffer", "workspace"})
 
 # flashinfer.trace.template.default_tolerances, the thresholds standard_check uses (flashinfer-python 0.7.2)
 FLASHINFER_DEFAULTS: dict[str, tuple[float, float]] = {
@@ -106,6 +109,7 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
         if tensor not in inputs or not inputs[tensor].get("optional"):
             raise Refused(f"input {tensor!r} is absent but not optional", "absent-input")
     entry_params = _entry_params(tree, entry)
+    scratch: list[str] = []
     kept = {n: s for n, s in inputs.items() if n not in absent}
     for tensor, spec in kept.items():
         if spec.get("dtype") == "unknown":
@@ -120,7 +124,8 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
                     and api_name not in inputs:
                 passed_as[input_name] = api_name
         known = set(inputs) | set(passed_as.values())
-        extra = [p for p in required if p not in known]
+        scratch = [p for p in required if p not in known and p in SCRATCH]  # a scratch buffer: not the math
+        extra = [p for p in required if p not in known and p not in SCRATCH]
         if extra:
             raise Refused(f"{entry} needs {', '.join(extra)}, which are not inputs", "entry-params")
         if accepted is not None:
@@ -148,7 +153,7 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
             if not record["constraints"]:
                 record.pop("constraints")
     record["reference"] = _with_run(reference, entry, list(kept), list(absent), entry_params, passed_as,
-                                    [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry))
+                                    [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry), scratch)
     tags = list(fi.get("tags") or [])
     if template_key:
         tags.append(f"{SOURCE_TAG}={template_key}")
@@ -238,15 +243,17 @@ def _defaulted(tree: ast.Module, entry: str) -> set[str]:
 
 def _with_run(reference: str, entry: str, inputs: list[str], absent: list[str],
               params: tuple[list[str], set[str] | None] | None, passed_as: Mapping[str, str] | None = None,
-              dtypes: Sequence[Any] = (), defaulted: set[str] | frozenset = frozenset()) -> str:
+              dtypes: Sequence[Any] = (), defaulted: set[str] | frozenset = frozenset(),
+              scratch: Sequence[str] = ()) -> str:
     passed_as = passed_as or {}
-    if entry == "run" and not absent and not passed_as:
+    if entry == "run" and not absent and not passed_as and not scratch:
         return reference
     required, accepted = params if params else ([], None)
     passed = [f"{passed_as.get(n, n)}={n}" for n in inputs]
     # an absent input is left to the entry's own default when it has one (eps=1e-6), else passed as None
     passed += [f"{passed_as.get(n, n)}=None" for n in absent if passed_as.get(n, n) not in defaulted
                and (accepted is None or passed_as.get(n, n) in required)]
+    passed += [f"{n}=None" for n in scratch]  # a workspace the kernel needs and the reference does not read
     call = f"{entry}({', '.join(passed)})"
     completed = COMPLETED_OUTPUTS.get(entry)
     if completed is not None and len(dtypes) == 2:

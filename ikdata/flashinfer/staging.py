@@ -22,7 +22,7 @@ import orjson
 from ikdata.core.definitions import USER, Definition
 from ikdata.core.errors import IkdataError
 from ikdata.flashinfer import loader
-from ikdata.flashinfer.convert import Refused, convert
+from ikdata.flashinfer.convert import SCRATCH, Refused, convert
 from ikdata.flashinfer.dumps import Call, read_calls
 from ikdata.flashinfer.inline import inlined, input_params, reference_name
 from ikdata.flashinfer.sampling_calls import as_declared, provenance, samples_as_declared
@@ -135,7 +135,7 @@ def _match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
                 break
         if ok and tensors:
             used = {d.param or n for n, d in {**template.inputs, **template.outputs}.items()}
-            passed = {p for p, v in call.arguments.items() if isinstance(v, torch.Tensor)}
+            passed = {p for p, v in call.arguments.items() if isinstance(v, torch.Tensor) and p not in SCRATCH}
             if passed <= used:  # every tensor the call passed is one the template reads or writes
                 fitting.append(ref)
     declared = loader.api_templates().get(call.fi_api)
