@@ -214,6 +214,8 @@ class Capturer:
         Raises:
             DefinitionError: only in strict mode (otherwise logged, counted, and the definition stops).
         """
+        if _IS_COMPILING():  # a source's hook traced by Dynamo: compiled code is recorded by its taps
+            return False
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
@@ -283,7 +285,14 @@ class Capturer:
     # -- internals ------------------------------------------------------------------------------
 
     def is_selected_now(self) -> bool:
-        """Whether the current request and step are selected (the cheap test before any adapter work)."""
+        """Whether the current request and step are selected (the cheap test before any adapter work).
+
+        Never while Dynamo or AOT traces (``torch.compiler.is_compiling()``, which Dynamo folds to a constant): a
+        source's hook that asks this first is then traced as its plain call, and no request or step (a
+        ``ContextVar``) is read into a compiled graph. Compiled code is recorded by its taps (capture/compiled.py).
+        """
+        if _IS_COMPILING():
+            return False
         req = self.tracker.current_request()
         if req is None:
             return False
@@ -307,7 +316,7 @@ class Capturer:
     def _dispatch(self, handler: Handler, label: str, call: tuple, *, op: str | None = None) -> None:
         """Run a hook's handler on one call. ``op``: the dispatcher op under it, already counted as seen."""
         local = self._local
-        if local.busy:  # ikdata's own call, inside a hook
+        if local.busy or _IS_COMPILING():  # ikdata's own call, inside a hook; or Dynamo tracing a source's hook
             return
         out = call[-1]
         if type(out).__name__ == "FakeTensor" or getattr(getattr(out, "device", None), "type", None) == "meta":
@@ -518,6 +527,9 @@ def _compiling_test() -> Callable[[], bool]:
         return torch.compiler.is_compiling
     except (ImportError, AttributeError):
         return lambda: False
+
+
+_IS_COMPILING = _compiling_test()
 
 
 def _is_tensor(value: Any) -> bool:
