@@ -107,21 +107,23 @@ def seed_dataset(tmp_path: Path) -> tuple[Path, Path]:
     return root, definitions
 
 
-# -- running in parallel (pytest-xdist, ``make test``: -n 2 --dist loadgroup) ---------------------------------------
+# -- running in parallel (pytest-xdist, ``make test``: -n auto --dist loadgroup) ----------------------------------
 
 # Session fixtures that start an engine or capture a pipeline (minutes): every test that uses one runs in the same
-# worker as the others of its folder, so each engine starts once per run, not once per worker.
+# worker as the others of its folder that do, so each engine starts once per run, not once per worker.
 ENGINE_FIXTURES = frozenset({"vllm_python", "tiny_model", "honest_run", "faulty_run", "served", "reference_capture"})
-# Folders whose tests start a real engine or cluster: marked slow (still run by ``make test`` and ``.ci/run``;
-# ``-m 'not slow'`` leaves them out of a quick loop). Ray clusters are one per machine at a time: one worker.
-ENGINE_FOLDERS = {"vllm": "vllm", "distributed": "ray"}
-ENGINE_GROUPS_FIRST = frozenset({"diffusion_judge"})  # not slow-marked, but minutes in one group: start early
+# Folders whose every test shares one engine or cluster: a local Ray cluster is one per machine at a time.
+ENGINE_FOLDERS = {"distributed": "ray"}
+# Groups that start a real engine or cluster: marked slow (still run by ``make test`` and ``.ci/run``;
+# ``-m 'not slow'`` leaves them out of a quick loop).
+SLOW_GROUPS = frozenset({"vllm", "ray"})
+START_FIRST = ("vllm", "ray", "diffusion_judge")  # the longest groups, longest first
 
 
 def _work_group(item: pytest.Item) -> str | None:
-    """The xdist group ``item`` must share a worker with, or None to run anywhere: a folder that starts an engine
-    (its session fixtures, one per worker), else the file when it uses a module- or class-scoped fixture (built
-    once per module in each worker that runs one of its tests)."""
+    """The xdist group ``item`` must share a worker with, or None to run anywhere: the engine it uses (a session
+    fixture, else started once per worker) or its folder's cluster, else its file when it uses a module- or
+    class-scoped fixture (built once per module in each worker that runs one of its tests)."""
     folder = Path(str(item.path)).parent.name
     if folder in ENGINE_FOLDERS:
         return ENGINE_FOLDERS[folder]
@@ -139,20 +141,19 @@ def _work_group(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests that share an expensive fixture (honoured by ``--dist loadgroup``, which also starts the
-    biggest groups first) and mark the engine folders slow."""
-    engine_first = []
+    """Group the tests that share an expensive fixture (honoured by ``--dist loadgroup``), mark the engine groups
+    slow, and put the longest groups first."""
+    ranked = []
     for item in items:
-        engine = Path(str(item.path)).parent.name in ENGINE_FOLDERS
-        if engine:
-            item.add_marker(pytest.mark.slow)
         group = _work_group(item)
+        if group in SLOW_GROUPS:
+            item.add_marker(pytest.mark.slow)
         if group is not None and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))
-        engine_first.append((not (engine or group in ENGINE_GROUPS_FIRST), item))
+        ranked.append((START_FIRST.index(group) if group in START_FIRST else len(START_FIRST), item))
     # The longest groups first (make test passes --no-loadscope-reorder), so no worker starts one at the end
     # while the other has nothing left; the rest keep their order (a module's tests stay together).
-    items[:] = [item for _, item in sorted(engine_first, key=lambda pair: pair[0])]
+    items[:] = [item for _, item in sorted(ranked, key=lambda pair: pair[0])]
 
 
 def _apply_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
