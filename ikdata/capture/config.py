@@ -60,6 +60,26 @@ def parse_steps(text: str) -> tuple[int, ...]:
     return tuple(sorted(steps))
 
 
+def check_only(config: "CaptureConfig", user: Any) -> None:
+    """Refuse ``--only`` names that match no template, op_type, user definition (``user``: name -> Definition)
+    or template instance. Checked by ``ikdata capture`` before the command starts, without importing torch.
+
+    Raises:
+        UsageError: naming the unknown names and what is known.
+    """
+    from ikdata.core.templates import load_templates, match_instance
+
+    templates = load_templates()
+    known = set(templates) | set(user) | {t.definition.op_type for t in templates.values()}
+    known |= {d.op_type for d in user.values()}
+    unknown = [n for n in config.only if n not in known and match_instance(n) is None]
+    if unknown:
+        raise UsageError(f"--only: unknown name(s) {', '.join(unknown)}; expected an op type "
+                         f"({', '.join(sorted({t.definition.op_type for t in templates.values()}))}), "
+                         f"a template (e.g. {', '.join(sorted(templates)[:3])}), an instance such as "
+                         "dense_gemm_bf16_nt_n4096_k4096, or a definition from --definitions")
+
+
 @dataclass(frozen=True)
 class CaptureConfig:
     """What to capture, where, and how much.
@@ -149,4 +169,4 @@ class CaptureConfig:
         return config
 
 
-__all__ = ["CaptureConfig", "ENV", "STRICT_ENV", "parse_size", "parse_steps"]
+__all__ = ["CaptureConfig", "ENV", "check_only", "STRICT_ENV", "parse_size", "parse_steps"]

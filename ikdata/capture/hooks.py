@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ikdata.core import jsonl
 from ikdata.capture import census, selection, sources
-from ikdata.capture.config import CaptureConfig
+from ikdata.capture.config import CaptureConfig, check_only  # noqa: F401  (check_only: its old home)
 from ikdata.capture.context import RankProbe, StepTracker
 from ikdata.core.templates import instantiate, load_templates
 from ikdata.capture.weights import BlobHandle, WeightCache
@@ -42,25 +42,6 @@ _MISSING = object()
 def _log(message: str) -> None:
     sys.stderr.write(f"ikdata capture [{os.getpid()}]: {message}\n")
     sys.stderr.flush()
-
-
-def check_only(config: CaptureConfig, user: Mapping[str, Definition]) -> None:
-    """Refuse ``--only`` names that match no template, op_type, user definition or template instance.
-
-    Raises:
-        UsageError: naming the unknown names and what is known.
-    """
-    from ikdata.core.templates import match_instance
-
-    templates = load_templates()
-    known = set(templates) | set(user) | {t.definition.op_type for t in templates.values()}
-    known |= {d.op_type for d in user.values()}
-    unknown = [n for n in config.only if n not in known and match_instance(n) is None]
-    if unknown:
-        raise UsageError(f"--only: unknown name(s) {', '.join(unknown)}; expected an op type "
-                         f"({', '.join(sorted({t.definition.op_type for t in templates.values()}))}), "
-                         f"a template (e.g. {', '.join(sorted(templates)[:3])}), an instance such as "
-                         "dense_gemm_bf16_nt_n4096_k4096, or a definition from --definitions")
 
 
 class Capturer:

@@ -151,7 +151,7 @@ def prepare(config: CaptureConfig) -> CaptureConfig:
             folder is bad, a ``--only`` name is unknown, an adapter module cannot be found, or a cap
             is not positive.
     """
-    from ikdata.capture.hooks import check_only
+    from ikdata.capture.config import check_only
     from ikdata.core.dataset import IKDATA, detect_layout
     from ikdata.core.definitions import USER, read_folder
 

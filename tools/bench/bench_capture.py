@@ -4,6 +4,11 @@ Run: .venv/bin/python tools/bench/bench_capture.py [--quick]
 
 Every figure is a ratio against a baseline measured in the same run:
 
+0. steady state (issue 44): a program's forward loop, run bare and under capture (``IKDATA_CAPTURE`` set as
+   ``ikdata capture`` sets it, the default selection), alternating processes; each reports the CPU time of its
+   thread per forward over the forwards after a warm-up (the selected steps inside the window included), and
+   the ratio of the medians is printed: a mid-size Llama (transformers ``LlamaConfig`` built in code, random
+   weights) under the default capture, and the tiny Llama with ``--only`` matching nothing. Targets <= 1.05x.
 1. forward overhead: a small model's forward (random-weight tiny Llama, transformers) with the
    hooks in place but nothing selected, against the same forward with no hooks (A/B interleaved,
    medians). With ikdata installed and IKDATA_CAPTURE unset nothing is patched at all: 0 by
@@ -44,6 +49,66 @@ NOT_RECORDED = (  # capture installed, and these forwards record nothing: what e
     ("--only sampling (a definition no forward call matches)", lambda tmp: {"only": ("sampling",)}),
     ("--steps 100000 (the forward is not a selected step)", lambda tmp: {"steps": (100000,)}),
 )
+
+
+STEADY_PROGRAM = """
+import json, sys, time
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+hidden, layers, tokens, warm, timed = (int(x) for x in sys.argv[1:6])
+torch.set_num_threads(1)
+config = LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=hidden * 11 // 4, num_hidden_layers=layers,
+                     num_attention_heads=max(hidden // 64, 1), num_key_value_heads=max(hidden // 128, 1),
+                     max_position_embeddings=max(tokens, 128))
+torch.manual_seed(0)
+model = LlamaForCausalLM(config).eval()
+ids = torch.randint(0, 1024, (1, tokens))
+with torch.inference_mode():
+    for _ in range(warm):
+        model(ids)
+    start_cpu, start = time.thread_time(), time.perf_counter()
+    for _ in range(timed):
+        model(ids)
+    cpu, wall = time.thread_time() - start_cpu, time.perf_counter() - start
+print(json.dumps({"cpu_ms": cpu * 1e3 / timed, "wall_ms": wall * 1e3 / timed}))
+"""
+
+STEADY = (  # (what, model: hidden, layers, tokens, capture options beyond the default)
+    ("mid-size Llama (hidden 1024, 8 layers, 64 tokens), default capture", (1024, 8, 64), {}),
+    ("tiny Llama (hidden 64, 2 layers, 32 tokens), --only sampling (matches no forward call)", (64, 2, 32),
+     {"only": ["sampling"]}),
+)
+
+
+def bench_steady_state(model: tuple[int, int, int], options: dict, rounds: int, warm: int, timed: int) -> dict:
+    """Per-forward thread CPU time of a forward loop in its own process, bare and captured, alternating."""
+    import json
+    import subprocess
+
+    tmp = Path(tempfile.mkdtemp(prefix="ikdata-steady-"))
+    try:
+        program = tmp / "loop.py"
+        program.write_text(STEADY_PROGRAM)
+        argv = [sys.executable, str(program), *map(str, model), str(warm), str(timed)]
+        base_env = {k: v for k, v in os.environ.items() if k != "IKDATA_CAPTURE"}
+        found: dict[str, list[dict]] = {"bare": [], "captured": []}
+        for r in range(rounds):
+            for which in (("bare", "captured") if r % 2 == 0 else ("captured", "bare")):
+                env = dict(base_env)
+                if which == "captured":
+                    config = {"into": str(tmp / f"ds{r}"), "state_dir": str(tmp / f"state{r}"), **options}
+                    os.makedirs(config["state_dir"], exist_ok=True)
+                    env["IKDATA_CAPTURE"] = json.dumps(config)
+                done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp, check=True)
+                found[which].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        if not options and not (tmp / "ds0" / "receipts.jsonl").is_file():
+            raise SystemExit("the captured run recorded nothing: capture was not on")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    b_cpu, c_cpu = (statistics.median(x["cpu_ms"] for x in found[k]) for k in ("bare", "captured"))
+    b_wall, c_wall = (statistics.median(x["wall_ms"] for x in found[k]) for k in ("bare", "captured"))
+    return {"bare_ms": b_cpu, "captured_ms": c_cpu, "ratio": c_cpu / b_cpu, "wall_ratio": c_wall / b_wall}
 
 
 def bench_forward_overhead(rounds: int, reps: int, options=NOT_RECORDED[0][1]) -> dict:
@@ -241,6 +306,14 @@ def main() -> None:
     torch.set_num_threads(1)  # less noise from thread scheduling on a shared machine
     q, smoke = args.quick or args.smoke, args.smoke
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+
+    for label, model, options in STEADY[1:] if smoke else STEADY:
+        warm, timed = (5, 5) if smoke else (20, 40 if q else 200) if model[0] >= 512 else (20, 100 if q else 600)
+        r = bench_steady_state(model if not smoke else (64, 2, 32), options, rounds=1 if smoke else 3,
+                               warm=warm, timed=timed)
+        print(f"0. steady state, {label}: {r['captured_ms']:.3f} ms CPU per forward vs {r['bare_ms']:.3f} ms bare -> "
+              f"{r['ratio']:.3f}x (wall {r['wall_ratio']:.3f}x; forwards {warm}-{warm + timed - 1}, median of "
+              f"{1 if smoke else 3} process pairs; target <= 1.05x)")
 
     for label, options in NOT_RECORDED[:1] if smoke else NOT_RECORDED:
         r = bench_forward_overhead(rounds=2 if smoke else 6 if q else 20, reps=3 if smoke else 20 if q else 25,
