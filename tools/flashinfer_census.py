@@ -39,13 +39,9 @@ def _engine_name(index: int, attr: str) -> str:
 
 def _api_of(ref) -> str | None:
     """The one FlashInfer API (``module.function``) whose decorator traces with this template, or None."""
-    from ikdata.flashinfer import loader
+    import flashinfer_engines
 
-    base = ref.attr.split("[")[0].split(".")[0]
-    apis = [api for api, names in loader.api_templates().items() if base in names]
-    if len(apis) != 1 or not re.fullmatch(r"flashinfer(\.[A-Za-z_][A-Za-z0-9_]*)+", apis[0]):
-        return None
-    return apis[0]
+    return flashinfer_engines.api_of(ref.template)
 
 
 def _sampler_values(t, api: str, sampling, kernels) -> dict | None:
@@ -112,8 +108,7 @@ def _child(out: Path, only: str | None, seconds: int) -> None:
                             raise TypeError("init builds a wrapper's plan/run, not one call")
                         function = flashinfer_engines.engine(row["engine"], t, list(values))
                         if fi_api:  # named as the API it stands for: the API's decorator names its template
-                            function.__module__, _, function.__name__ = fi_api.rpartition(".")
-                            function.__qualname__ = function.__name__
+                            flashinfer_engines.as_api(function, fi_api)
                             row["api"] = fi_api
                         engine = api.flashinfer_api(trace=t)(function)
                         with torch.no_grad():

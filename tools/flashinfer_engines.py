@@ -191,7 +191,30 @@ def call_values(template: Any, call: EngineCall, default_size: int = 2) -> dict[
     return values
 
 
-def _child(calls: list[EngineCall]) -> None:
+def api_of(template: Any) -> str | None:
+    """The one FlashInfer API (``module.function``) whose decorator traces with ``template`` (directly or through
+    a dispatcher), or None: none, or several."""
+    import re
+
+    from ikdata.flashinfer import loader
+
+    apis = [api for api in loader.api_templates()
+            if any(ref.template is template for ref in loader.declared_templates(api))]
+    apis = sorted(apis, key=lambda a: (len(loader.declared_templates(a)), a))[:1]  # APIs sharing a dispatcher: one
+    if len(apis) != 1 or not re.fullmatch(r"flashinfer(\.[A-Za-z_][A-Za-z0-9_]*)+", apis[0]):
+        return None
+    return apis[0]
+
+
+def as_api(function: Any, fi_api: str) -> Any:
+    """``function`` named as the FlashInfer API it stands for, so the recorder writes that API's name and module
+    (and import matches the call to the template the API's decorator names)."""
+    function.__module__, _, function.__name__ = fi_api.rpartition(".")
+    function.__qualname__ = function.__name__
+    return function
+
+
+def _child(calls: list[EngineCall], named_as_api: bool = False) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ikdata.flashinfer import loader
 
@@ -202,12 +225,17 @@ def _child(calls: list[EngineCall]) -> None:
         values = call_values(template, call)
         name = ("wrong_" if call.wrong else "") + call.attr.removesuffix("_trace")
         if name not in engines:
-            engines[name] = api.flashinfer_api(trace=template)(engine(name, template, list(values), call.wrong))
+            function = engine(name, template, list(values), call.wrong)
+            fi_api = api_of(template) if named_as_api else None
+            engines[name] = api.flashinfer_api(trace=template)(as_api(function, fi_api) if fi_api else function)
         engines[name](**values)
 
 
-def record(out: Path, calls: list[EngineCall], *, fmt: str = "safetensors", timeout: float = 600) -> Path:
+def record(out: Path, calls: list[EngineCall], *, fmt: str = "safetensors", timeout: float = 600,
+           named_as_api: bool = False) -> Path:
     """Call each engine under FlashInfer's recorder in a child process; returns ``out/dumps``.
+
+    ``named_as_api``: each engine is named as the one FlashInfer API that traces with its template (:func:`api_of`).
 
     Raises:
         subprocess.CalledProcessError: the child failed (its stderr says why).
@@ -216,14 +244,15 @@ def record(out: Path, calls: list[EngineCall], *, fmt: str = "safetensors", time
     env = {**os.environ, "FLASHINFER_LOGLEVEL": "10", "FLASHINFER_DUMP_DIR": str(out / "dumps"),
            "FLASHINFER_LOGDEST": str(out / "log.txt"), "PYTHONWARNINGS": "ignore",
            "FLASHINFER_DUMP_SAFETENSORS": "1" if fmt == "safetensors" else "0"}
-    subprocess.run([sys.executable, __file__, "--child", *(c.to_arg() for c in calls)], env=env, check=True,
+    flag = ["--child-as-api"] if named_as_api else ["--child"]
+    subprocess.run([sys.executable, __file__, *flag, *(c.to_arg() for c in calls)], env=env, check=True,
                    capture_output=True, timeout=timeout)
     return out / "dumps"
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--child"]:
-        _child([EngineCall.from_arg(a) for a in sys.argv[2:]])
+    if sys.argv[1:2] in (["--child"], ["--child-as-api"]):
+        _child([EngineCall.from_arg(a) for a in sys.argv[2:]], named_as_api=sys.argv[1] == "--child-as-api")
         return
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)

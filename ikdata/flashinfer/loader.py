@@ -132,8 +132,52 @@ def _reachable(value: Any, where: str, template_cls: type, depth: int):
             yield from _reachable(item, f"{where}.templates[{index}]", template_cls, depth + 1)
 
 
-__all__ = ["CPU_SUBMODULES", "TESTED_VERSIONS", "TemplateRef", "available", "submodule", "template_import_failures",
-           "templates"]
+def declared_templates(fi_api: str) -> list[TemplateRef]:
+    """The installed templates FlashInfer's API ``fi_api`` traces with: each name its decorator gives
+    (:func:`api_templates`), resolved in the template modules, a dispatcher's ``templates`` included (an API
+    decorated with ``trace=x_dispatch`` may render any template the dispatcher holds, each also listed under its
+    own module attribute)."""
+    if fi_api in _DECLARED:
+        return _DECLARED[fi_api]
+    names = api_templates().get(fi_api) or set()
+    refs = {id(ref.template): ref for ref in templates()}
+    template_cls = submodule("trace.template").TraceTemplate if names else None
+    found: dict[int, TemplateRef] = {}
+    for module in sorted({ref.module for ref in refs.values()}) if names else ():
+        for name in sorted(names):
+            value = getattr(sys.modules.get(module), name, None)
+            for _, template in _reachable(value, name, template_cls, 0) if value is not None else ():
+                if id(template) in refs:
+                    found[id(template)] = refs[id(template)]
+    _DECLARED[fi_api] = list(found.values())
+    return _DECLARED[fi_api]
+
+
+_DECLARED: dict[str, list[TemplateRef]] = {}
+
+
+def dispatched(fi_api: str, arguments: dict) -> list[TemplateRef] | None:
+    """The template FlashInfer's own dispatcher picks for a call of ``fi_api`` with these arguments (an API
+    decorated with ``trace=x_dispatch`` picks by, say, ``routing_method_type``), as a one-item list; None when the
+    API has no dispatcher or it picks nothing it can name."""
+    names = api_templates().get(fi_api) or set()
+    refs = {id(ref.template): ref for ref in templates()}
+    for module in sorted({ref.module for ref in refs.values()}) if names else ():
+        for name in sorted(names):
+            value = getattr(sys.modules.get(module), name, None)
+            if not callable(value) or not isinstance(getattr(value, "templates", None), (list, tuple)):
+                continue
+            try:
+                picked = value(**arguments)
+            except Exception:  # noqa: BLE001  a dispatcher that cannot read these arguments picks nothing
+                return None
+            return [refs[id(picked)]] if id(picked) in refs else None
+    return None
+
+
+__all__ = ["CPU_SUBMODULES", "TESTED_VERSIONS", "TemplateRef", "available", "declared_templates", "dispatched",
+           "submodule",
+           "template_import_failures", "templates"]
 
 
 def api_templates() -> dict[str, set[str]]:

@@ -46,8 +46,7 @@ DEFAULT_FILTER_ORDER = "top_k_first"
 def declared_template(call: Call) -> Any | None:
     """The sampling template FlashInfer's decorator names for ``call``'s API, or None (not a sampling API of
     FlashInfer's, or not one template)."""
-    declared = loader.api_templates().get(call.fi_api) or set()
-    found = [ref.template for ref in loader.templates() if ref.attr.split("[")[0].split(".")[0] in declared]
+    found = [ref.template for ref in loader.declared_templates(call.fi_api)]
     if len(found) != 1:
         return None
     template = found[0]

@@ -138,10 +138,11 @@ def _match(call: Call, folder_definitions: Mapping[str, dict] | None) -> Match:
             passed = {p for p, v in call.arguments.items() if isinstance(v, torch.Tensor) and p not in SCRATCH}
             if passed <= used:  # every tensor the call passed is one the template reads or writes
                 fitting.append(ref)
-    declared = loader.api_templates().get(call.fi_api)
-    if declared:  # a FlashInfer API: its own decorator names the template, and no other template is its call
-        named = {ref.key for ref in loader.templates() if ref.attr.split("[")[0].split(".")[0] in declared}
-        fitting = [ref for ref in fitting if ref.key in named] if named else fitting
+    named = {ref.key for ref in loader.declared_templates(call.fi_api)}
+    if named:  # a FlashInfer API: its own decorator names its templates, and no other template is its call
+        picked = loader.dispatched(call.fi_api, dict(call.arguments))  # a dispatcher picks one by the arguments
+        named = {ref.key for ref in picked} if picked else named
+        fitting = [ref for ref in fitting if ref.key in named]
     kwargs = call.arguments
     found = []
     with _no_trace_dump():
