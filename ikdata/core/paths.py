@@ -264,10 +264,17 @@ def record_path_refusal(relative: object) -> UnsafePath | None:
     if any(part.startswith(_STATE_PREFIXES) for part in parts):
         return UnsafePath(relative, f"path {relative!r} names ikdata's own state, which is never shared; "
                           "expected a definition, workload, receipt or report file")
+    if not relative.isprintable():
+        return UnsafePath(relative, f"path {ascii(relative)} holds a control character, an escape or a newline; "
+                          "expected a record file's name, which never does")
     if relative in RECORD_FILES:
         return None
-    if len(parts) < 2 or kind_of(relative) is None:
+    kind = kind_of(relative) if len(parts) >= 2 else None
+    if kind is None:
         return UnsafePath(relative, f"path {relative!r} is not a record file; expected {_describe_records()}")
+    if kind.pattern is not None and not re.fullmatch(kind.pattern, relative):
+        return UnsafePath(relative, f"path {relative!r} is not a {kind.name} file; expected a path matching "
+                          f"{kind.pattern.replace(chr(92) + '.', '.')}")
     return None
 
 

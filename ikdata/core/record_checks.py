@@ -68,6 +68,8 @@ def unknown_files(root: str | os.PathLike) -> list[Problem]:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                     continue
+                if entry.is_symlink() and entry.is_dir():
+                    continue  # a linked folder: the path rule names it (never entered)
                 relative = os.path.relpath(entry.path, root).replace(os.sep, "/")
                 if entry.name.startswith(TEMP_PREFIX) or kind_of(relative) is not None \
                         or any(re.fullmatch(p, relative) for p in BESIDE_RECORDS):
