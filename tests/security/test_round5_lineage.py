@@ -147,3 +147,39 @@ def test_a_bad_case_after_the_match_does_not_hide_it(replayed, corrupt):
     assert validation["status"] == "passed"
     [bad] = _validations(root, last["uuid"])
     assert "status" not in bad and "/cases/2" in bad["reason"]
+
+
+def test_one_workloads_lineage_reads_the_report_only_up_to_its_case(replayed, monkeypatch):
+    """Counted, not timed: with 20,000 more cases after the workload's own (about 13 MB), lineage reads the
+    first chunks of the report only."""
+    from ikdata.core import cases as cases_module
+    from ikdata.ops.lineage import trace
+
+    root, report = replayed
+    first = report["cases"][0]
+    report["cases"] += [dict(first, uuid=f"{n:08d}-padding") for n in range(20_000)]
+    (root / REPORT).write_text(json.dumps(report, indent=2))
+    size = (root / REPORT).stat().st_size
+    read = []
+
+    class Counted:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, n=-1):
+            data = self.handle.read(n)
+            read.append(len(data))
+            return data
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    real_open = open
+    monkeypatch.setattr(cases_module, "open", lambda *a, **k: Counted(real_open(*a, **k)), raising=False)
+    [chain] = trace(root, first["uuid"])
+    [validation] = [v for v in chain.validations if v["from"] == "this dataset's replay report"]
+    assert validation["status"] == "passed"
+    assert read and sum(read) <= 2 << 20 < size, (sum(read), size)
