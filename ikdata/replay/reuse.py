@@ -114,9 +114,9 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 
 @functools.lru_cache(maxsize=64)
 def _code_digest(modules: tuple[str, ...]) -> str:
-    """sha256 over :data:`JUDGING_FILES` and the source files of ``modules``: for a hook module of a package
-    outside ikdata's replay and core, that package's whole folder (a family's code is its package). A module
-    that cannot be found counts by its name."""
+    """sha256 over :data:`JUDGING_FILES` and, for each of ``modules``, every source file of its package's folder
+    (a family's code is its package), named relative to ikdata's folder where they lie in it. A module that
+    cannot be found counts by its name."""
     import importlib.util
 
     from ikdata.core.digest import bytes_digest
@@ -132,8 +132,9 @@ def _code_digest(modules: tuple[str, ...]) -> str:
         if not origin or not os.path.isfile(origin):
             files[module] = "missing"
             continue
-        for path in sorted(Path(origin).parent.glob("*.py")):
-            paths[str(path)] = path
+        for path in sorted(Path(origin).resolve().parent.glob("*.py")):
+            inside = path.is_relative_to(_PACKAGE)
+            paths[path.relative_to(_PACKAGE).as_posix() if inside else str(path)] = path
     for name, path in paths.items():
         try:
             files[name] = bytes_digest(path.read_bytes())
