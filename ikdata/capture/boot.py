@@ -147,9 +147,10 @@ def _install_module_hook(capturer: Any) -> None:
     backward_pre, backward, forward, forward_pre = module_call.global_hooks(original) if inline else ((),) * 4
     tracing = torch._C._get_tracing_state
     compiling = torch.compiler.is_compiling
+    from ikdata.capture.compiled import DYNAMO as dynamo  # [True] once torch._dynamo is imported
 
     def call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
-        if compiling():  # Dynamo traces the module call as it would without capture (nothing of ours traced)
+        if dynamo[0] and compiling():  # Dynamo traces the module call as without capture (nothing of ours traced)
             return original(module, *args, **kwargs)
         if local.skip:  # inside a step that is not selected: no bookkeeping at all
             if (not inline or forward or forward_pre or backward or backward_pre or module._forward_hooks

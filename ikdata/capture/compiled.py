@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 REGION = "compiled region"  # the census's prefix for a compiled region's calls
+# Set once the program has imported torch._dynamo: until then nothing can trace, and the hooks skip asking
+# ``torch.compiler.is_compiling()`` (a list index instead of two Python calls on every module and patched call).
+DYNAMO = [False]
 TAP = "ikdata::tap"
 
 
@@ -83,6 +86,7 @@ class Compiled:
         ikdata_boot.watch(self.start, "torch._dynamo")
 
     def start(self) -> None:
+        DYNAMO[0] = True
         if self._started:
             return
         self._started = True

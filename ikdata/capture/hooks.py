@@ -118,11 +118,13 @@ class Capturer:
         step_left = self._left.setdefault((label, "step"), [0])  # calls left in steps not selected
         budget_left = self._left.setdefault((label, "budget"), [0])  # calls left once the byte budget was full
         compiling = _compiling_test()
+        from ikdata.capture.compiled import DYNAMO as dynamo  # [True] once torch._dynamo is imported
+
         op_local = self.dispatch.local
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if compiling():
+            if dynamo[0] and compiling():
                 # Dynamo or AOT is tracing: it sees the original call and nothing of capture (no graph break,
                 # no thread-local read traced), so the compiled graph is the one compiled without capture.
                 # What the compiled graph runs is counted and recorded by ikdata.capture.compiled.
