@@ -185,8 +185,31 @@ def _noise(runner: Any) -> str | None:
     if getattr(forward, "__name__", "") == "forward_cpu" and not getattr(sampler, "use_fp64_gumbel", False):
         from ikdata.sampling.seeded import GUMBEL_SPLITMIX64
 
-        return GUMBEL_SPLITMIX64
+        return GUMBEL_SPLITMIX64 if _kernel_is_splitmix() else None
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel_is_splitmix() -> bool:
+    """Whether this vLLM's ``_C.fused_gumbel_argmax`` draws what :func:`ikdata.sampling.seeded.replay` replays
+    (checked once per process on a few random rows: another kernel, e.g. an older noise table, is not claimed)."""
+    import numpy as np
+    import torch
+
+    from ikdata.sampling.seeded import GUMBEL_SPLITMIX64, replay
+
+    try:
+        g = torch.Generator().manual_seed(1234)
+        for _ in range(8):
+            x = torch.randn(1, 97, generator=g) * 3
+            seed = int(torch.randint(0, 2**31, (1,), generator=g))
+            drawn = int(torch.ops._C.fused_gumbel_argmax(x, torch.tensor([seed], dtype=torch.long)))
+            if replay(x[0].numpy(), np.arange(97), drawn, {"noise": GUMBEL_SPLITMIX64, "noise_seed": seed}) \
+                    not in ("match", "unclear"):
+                return False
+        return True
+    except Exception:  # noqa: BLE001  no such kernel: nothing is claimed
+        return False
 
 
 def _generator(generator: Any, seed: int, position: int, noise: str | None) -> dict[str, Any]:
