@@ -88,10 +88,10 @@ def _child(out: Path, only: str | None, seconds: int) -> None:
             elif t.init is None and flashinfer_engines.cpu_init(ref.key) is None:
                 row["stage"], row["why"] = "no init", "the template has no init: no inputs to call an engine with"
             else:
+                fi_api = _api_of(ref)  # before the alarm: the first call reads every API's templates
                 signal.alarm(seconds)
                 before = set(os.listdir(dumps)) if dumps.is_dir() else set()
                 try:
-                    fi_api = _api_of(ref)
                     values = _sampler_values(t, fi_api, sampling, flashinfer_samplers.CpuKernels) \
                         if fi_api and t.init is not None else None
                     if values is not None:  # a sampler: FlashInfer's own API draws, on the CPU kernel twin

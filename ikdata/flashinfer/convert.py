@@ -115,10 +115,17 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
         if spec.get("dtype") == "unknown":
             raise Refused(f"optional input {tensor!r} is present but its dtype is unknown", "dtype")
     passed_as = {}  # input name -> the entry's parameter it is passed as
+    tuple_items: dict[str, dict[int, str]] = {}  # a tuple parameter -> its items' inputs by position
     if entry_params is not None:
         required, accepted = entry_params
         for input_name in inputs:
             api_name = (params or {}).get(input_name)
+            if api_name and api_name.endswith("]") and "[" in api_name:  # item i of a tuple parameter
+                base, _, index = api_name[:-1].partition("[")
+                if input_name in kept and base not in inputs and (accepted is None or base in accepted):
+                    passed_as[input_name] = base
+                    tuple_items.setdefault(base, {})[int(index)] = input_name
+                continue
             takes = (lambda p: p in accepted) if accepted is not None else (lambda p: p in required)
             if input_name not in (accepted or ()) and api_name and api_name != input_name and takes(api_name) \
                     and api_name not in inputs:
@@ -153,7 +160,8 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
             if not record["constraints"]:
                 record.pop("constraints")
     record["reference"] = _with_run(reference, entry, list(kept), list(absent), entry_params, passed_as,
-                                    [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry), scratch)
+                                    [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry), scratch,
+                                    tuple_items)
     tags = list(fi.get("tags") or [])
     if template_key:
         tags.append(f"{SOURCE_TAG}={template_key}")
@@ -244,12 +252,15 @@ def _defaulted(tree: ast.Module, entry: str) -> set[str]:
 def _with_run(reference: str, entry: str, inputs: list[str], absent: list[str],
               params: tuple[list[str], set[str] | None] | None, passed_as: Mapping[str, str] | None = None,
               dtypes: Sequence[Any] = (), defaulted: set[str] | frozenset = frozenset(),
-              scratch: Sequence[str] = ()) -> str:
+              scratch: Sequence[str] = (), tuple_items: Mapping[str, Mapping[int, str]] | None = None) -> str:
     passed_as = passed_as or {}
+    tuple_items = tuple_items or {}
     if entry == "run" and not absent and not passed_as and not scratch:
         return reference
     required, accepted = params if params else ([], None)
-    passed = [f"{passed_as.get(n, n)}={n}" for n in inputs]
+    in_tuples = {n for items in tuple_items.values() for n in items.values()}
+    passed = [f"{passed_as.get(n, n)}={n}" for n in inputs if n not in in_tuples]
+    passed += [f"{base}=({', '.join(items[i] for i in sorted(items))},)" for base, items in tuple_items.items()]
     # an absent input is left to the entry's own default when it has one (eps=1e-6), else passed as None
     passed += [f"{passed_as.get(n, n)}=None" for n in absent if passed_as.get(n, n) not in defaulted
                and (accepted is None or passed_as.get(n, n) in required)]

@@ -52,8 +52,16 @@ _MISSING = object()
 
 
 def input_params(template: Any) -> dict[str, str]:
-    """The template's input mapping: input name -> the API's parameter name, where they differ."""
-    return {n: d.param for n, d in template.inputs.items() if getattr(d, "param", None) and d.param != n}
+    """The template's input mapping: input name -> the API's parameter name, where they differ; an input that is
+    item i of a tuple parameter maps to ``<param>[i]`` (``k_cache`` -> ``paged_kv_cache[0]``)."""
+    found = {}
+    for n, d in template.inputs.items():
+        param, index = getattr(d, "param", None), getattr(d, "tuple_idx", None)
+        if param and index is not None:
+            found[n] = f"{param}[{int(index)}]"
+        elif param and param != n:
+            found[n] = param
+    return found
 
 
 def reference_name(template: Any) -> str | None:
@@ -71,8 +79,10 @@ def inlined(fi_record: Mapping[str, Any], template: Any) -> Mapping[str, Any]:
 
 
 def _definition(name: str, value: Any, module: str) -> str | None:
-    if value is _MISSING:
-        return None
+    if value is _MISSING:  # a typing name in an annotation of a helper from another module (mono_moe's Tuple)
+        import typing
+
+        return f"from typing import {name}" if name in getattr(typing, "__all__", ()) else None
     if isinstance(value, types.ModuleType):
         root = value.__name__.split(".")[0]
         if root in IMPORTABLE:
