@@ -196,7 +196,8 @@ def write(state_dir: str | None, into: str | None, run: str | None = None) -> Pa
         if state_dir:
             target = Path(state_dir) / STATE_FILE
         elif into and Path(into).is_dir():
-            target = Path(into) / DATASET_DIR / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+            host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()).lstrip("._-")[:100] or "host"
+            target = Path(into) / DATASET_DIR / f"{host}-{os.getpid()}.jsonl"  # a run's name: census/<run>.jsonl
             target.parent.mkdir(exist_ok=True)
         else:
             return None
