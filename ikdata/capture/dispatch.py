@@ -360,6 +360,7 @@ def _copy(value: Any) -> Any:
 
 
 def _survey_mode(dispatcher: Dispatcher) -> Any:
+    from torch._ops import HigherOrderOperator
     from torch.utils._python_dispatch import TorchDispatchMode
 
     ours, hooks = dispatcher.local, dispatcher.capturer._local
@@ -375,8 +376,12 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
             self.counts: dict[str, int] = {}
             self.names: dict[Any, str] = {}
 
+        supports_higher_order_operators = True  # torch.cond, with_effects, ...: counted and run as they are
+
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             name = self.names.get(func)
+            if name is None and isinstance(func, HigherOrderOperator):
+                name = self.names[func] = f"higher_order::{func.name()}"
             if name is None:
                 name = func._schema.name
                 qualified = f"{name}.{func._overloadname}"
@@ -411,6 +416,41 @@ def _survey_mode(dispatcher: Dispatcher) -> Any:
     return Survey()
 
 
+_HOP_DISPATCH: list[Any] = []  # HigherOrderOperator.dispatch as torch defined it, while capture lets HOPs pass
+
+
+def let_higher_order_ops_pass() -> None:
+    """Let higher-order ops (``torch.cond``, ``with_effects``, ``auto_functionalized`` in compiled graphs) run
+    while capture includes :data:`KEY` in the thread's dispatch state.
+
+    A higher-order op dispatches in Python, and at ``PreDispatch`` it has a kernel only for export's pre-dispatch
+    tracing: with the key included and no pre-dispatch tracing on, torch finds none and raises. Capture interposes
+    no higher-order op, so such a call is redispatched with the key left out, as without capture. Idempotent.
+    """
+    if _HOP_DISPATCH:
+        return
+    import torch
+    from torch import _ops
+
+    cls = _ops.HigherOrderOperator
+    original = cls.dispatch
+    key = getattr(torch._C.DispatchKey, KEY)
+    keys = torch._C.DispatchKeySet(key)
+    exclude = torch._C._ExcludeDispatchKeyGuard
+    tracing_depth = _ops._len_torch_dispatch_stack_pre_dispatch
+
+    def dispatch(hop: Any, dispatch_key: Any, *args: Any, **kwargs: Any) -> Any:
+        if dispatch_key == key and key not in hop.py_kernels and tracing_depth() == 0:
+            with exclude(keys):
+                below = _ops._compute_keyset(args, kwargs, hop.non_fallthrough_keys).highestPriorityTypeId()
+                return original(hop, below, *args, **kwargs)
+        return original(hop, dispatch_key, *args, **kwargs)
+
+    dispatch.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.dispatch = dispatch
+    _HOP_DISPATCH.append(original)
+
+
 def _composite(name: str) -> bool:
     """Whether ``name`` is an op that decomposes into others before any backend (CompositeImplicitAutograd)."""
     import torch
@@ -428,6 +468,7 @@ def install(capturer: Any) -> Dispatcher:
     installing thread for good; otherwise each selected step enters it (and the first ones are surveyed).
     """
     dispatcher = Dispatcher(capturer)
+    let_higher_order_ops_pass()
     dispatcher.bind_pending()
     tracker = capturer.tracker
     begin, end = tracker.begin_step, tracker.end_step

@@ -126,3 +126,34 @@ def test_a_fullgraph_compiled_function_outside_any_module_is_captured(tmp_path):
     assert captured == bare and bare["graphs"] == 1
     assert {"dense_gemm_bias_f32_nt_n8_k16", "layernorm_f32_h8", "relu_f32_h8"} <= _definitions(into), text
     assert _census(into)["compiled region: block (inductor)"]["calls"] == 2
+
+
+HIGHER_ORDER = """
+import torch
+
+torch.manual_seed(0)
+lin = torch.nn.Linear(4, 4)
+
+
+def pick(x):
+    return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
+print(pick(lin(torch.ones(3, 4))).sum().item())
+"""
+
+
+def test_a_higher_order_op_runs_eagerly_under_capture(tmp_path):
+    """torch.cond (and compiled graphs' with_effects, auto_functionalized) dispatch in Python; under capture they
+    run as without it, and are named in the census."""
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(HIGHER_ORDER))
+    done = subprocess.run([sys.executable, str(script)], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    into = tmp_path / "ds"
+    command = [sys.executable, "-m", "ikdata", "capture", "--into", str(into), "--", sys.executable, str(script)]
+    captured = subprocess.run(command, env=_env(tmp_path), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert captured.returncode == 0, (captured.stdout + captured.stderr)[-3000:]
+    assert captured.stdout.splitlines()[0] == done.stdout.strip()
+    assert _census(into)["higher_order::cond"]["calls"] == 1
