@@ -179,7 +179,7 @@ def test_selected_steps_only(capture_into, tmp_path):
 
 
 @pytest.mark.parametrize("build, ops", [
-    (_convnet, {"aten::convolution": "conv2d_bias_f32_o4_i3_k3x3", "aten::relu": "relu_f32_h6"}),
+    (_convnet, {"aten::conv2d": "conv2d_bias_f32_o4_i3_k3x3", "aten::relu": "relu_f32_h6"}),  # as called: inference_mode never reaches aten::convolution
     (_llama, {"aten::embedding": "embedding_f32_v64_h16", "aten::silu": "silu_f32_h32"}),
 ], ids=["convnet", "llama"])
 def test_convolutions_embeddings_and_activations_are_recorded_and_replay(capture_into, tmp_path, build, ops):
