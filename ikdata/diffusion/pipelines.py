@@ -78,17 +78,27 @@ def combinations(settings: dict[str, Any], ratios: list[int] | int) -> list[Comb
     ratios = [ratios] if isinstance(ratios, int) else list(ratios)
     scales = settings.get("scales") or ([settings["scale"]] if settings.get("scale") is not None else [])
     r = float(settings.get("rescale") or 0.0)
-    if ratios == [1]:
-        return [Combination("none", lambda raws, x, sigma: raws[0])]
+    if ratios == [1]:  # no guidance (Lumina2 negates its prediction, also on steps past its CFG truncation)
+        return [Combination("none", lambda raws, x, sigma: raws[0]),
+                Combination("none-negated", lambda raws, x, sigma: -raws[0])]
     found: list[Combination] = []
     for g in (float(s) for s in scales):
         suffix = "" if g == float(scales[0]) else f"@{g:g}"
         if ratios == [2]:
-            found += [Combination("cfg-x0" + suffix, _x0_form(g, r)), Combination("cfg" + suffix, _plain(g, r))]
+            found += [Combination("cfg-x0" + suffix, _x0_form(g, r)), Combination("cfg" + suffix, _plain(g, r)),
+                      Combination("cfg-kandinsky3" + suffix, _kandinsky3(g))]
         elif ratios == [1, 1]:
             found += [Combination("cfg-2calls" + suffix, _two_calls(g, r, cond_first=True)),
-                      Combination("cfg-2calls-uncond-first" + suffix, _two_calls(g, r, cond_first=False))]
+                      Combination("cfg-2calls-uncond-first" + suffix, _two_calls(g, r, cond_first=False)),
+                      Combination("cfg-2calls-normalized-negated" + suffix, _lumina2(g, normalized=True)),
+                      Combination("cfg-2calls-negated" + suffix, _lumina2(g, normalized=False))]
     return found
+
+
+# The guidance forms rebuilt (:func:`combinations`); any other (APG, PAG's perturbed batch, STG, skip-layer, dynamic
+# CFG, ...) is declared "guidance not judged" (:func:`ikdata.diffusion.streams.guidance_record`).
+FORMS = ("none", "none-negated", "cfg", "cfg-x0", "cfg-kandinsky3", "cfg-2calls", "cfg-2calls-uncond-first",
+         "cfg-2calls-normalized-negated", "cfg-2calls-negated")
 
 
 def _up(t: torch.Tensor) -> torch.Tensor:
@@ -120,6 +130,25 @@ def _two_calls(g: float, r: float, *, cond_first: bool) -> Callable:
         return _rescale(uncond + g * (cond - uncond), cond, r)
 
     return two_calls
+
+
+def _kandinsky3(g: float) -> Callable:
+    def kandinsky3(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        uncond, cond = _up(raws[0]).chunk(2)  # Kandinsky 3: (g + 1) * cond - g * uncond, in that order
+        return (g + 1.0) * cond - g * uncond
+
+    return kandinsky3
+
+
+def _lumina2(g: float, *, normalized: bool) -> Callable:
+    def lumina2(raws: list, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        cond, uncond = raws[0], raws[1]  # Lumina2: conditional call first, guided in the model's dtype
+        guided = uncond + g * (cond - uncond)
+        if normalized:  # cfg_normalization: the guided prediction rescaled to the conditional's norm per token
+            guided = guided * (torch.norm(cond, dim=-1, keepdim=True) / torch.norm(guided, dim=-1, keepdim=True))
+        return -guided  # the pipeline negates its prediction before the scheduler
+
+    return lumina2
 
 
 def reference_schedule(scheduler_class: str, config: dict, steps: int, seq_len: int | None,
@@ -218,4 +247,4 @@ def decode(pipe: Any, finals: dict[str, torch.Tensor], scalars: dict[str, Any]) 
     raise NotImplementedError(f"replay does not know how {name} decodes its latents")
 
 
-__all__ = ["Combination", "STREAMS", "combinations", "decode", "guidance", "reference_schedule", "schedule_values", "update"]
+__all__ = ["Combination", "FORMS", "STREAMS", "combinations", "decode", "guidance", "reference_schedule", "schedule_values", "update"]

@@ -32,6 +32,7 @@ from ikdata.core.status import Status
 from ikdata.core.store import digest_from_path
 from ikdata.diffusion import pipelines as families
 from ikdata.diffusion import step_calls, step_measure
+from ikdata.diffusion import streams as streams_mod
 from ikdata.diffusion import trajectories as traj_mod
 from ikdata.diffusion import trajectory_reuse
 from ikdata.diffusion import verdicts as rules
@@ -79,7 +80,19 @@ def judge(ctx: Context, traj: traj_mod.Trajectory) -> Case:
     measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"], detectable=verdict["detectable"],
                     steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])
     return case.with_(status=Status(verdict["status"]), records={TRAJECTORY: measures},
-                      seconds=time.perf_counter() - started, reason=verdict["reason"] or None)
+                      seconds=time.perf_counter() - started, reason=_reason(verdict, measures))
+
+
+def _reason(verdict: Mapping[str, Any], measures: dict[str, Any]) -> str | None:
+    """The case's reason: the verdict's failures, then what was declared not judged (guidance ikdata does not
+    rebuild), so a pass of what was judged never reads as a pass of what was not."""
+    declared = streams_mod.not_judged(measures)
+    if declared:
+        measures["not_judged"] = declared
+    failures = verdict["reason"]
+    if not declared:
+        return failures or None
+    return f"{failures}; {'; '.join(declared)}" if failures else f"passed what was judged; {'; '.join(declared)}"
 
 
 def _workloads(ctx: Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
@@ -177,7 +190,7 @@ def _decode(ctx: Context, traj: traj_mod.Trajectory, case: Case) -> Case:
     measures["decode"]["seconds"] = time.perf_counter() - started
     verdict = rules.decide(measures)
     return case.with_(status=Status(verdict["status"]), seconds=(case.seconds or 0.0) + measures["decode"]["seconds"],
-                      reason=verdict["reason"] or None)
+                      reason=_reason(verdict, measures))
 
 
 __all__ = ["PREFIX", "RunnerHooks", "is_trajectory_case", "judge", "judge_all"]

@@ -121,6 +121,7 @@ def _guidance(ctx: Context, traj: traj_mod.Trajectory, steps_by_index: dict[int,
     chosen: dict[str, Any] = {}
     for stream, per_step in found.items():
         chosen[stream] = streams_mod.choose([m for _, m in per_step])
+        measures.setdefault("guidance", {})[stream] = streams_mod.guidance_record(stream, chosen[stream], per_step)
         if chosen[stream] is None:
             continue
         for index, matches in per_step:
@@ -169,10 +170,10 @@ def _step(ctx: Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[s
             ref = combination.apply(streams_mod.raws(p, raw_ref), x, sigma)
             alt = combination.apply(streams_mod.raws(p, raw_alt), x, sigma) if raw_alt is not None else None
             eng = out_eng
-        else:  # the guidance is not one replay reproduces: judge the raw forward outputs (of the first call)
+        else:  # the guidance is not one replay reproduces (declared): judge the raw outputs of every call
             level = "denoiser output"
-            ref, eng = streams_mod.raws(p, raw_ref)[0], streams_mod.raws(p, engine_raw)[0]
-            alt = streams_mod.raws(p, raw_alt)[0] if raw_alt is not None else None
+            ref, eng = streams_mod.joined(p, raw_ref), streams_mod.joined(p, engine_raw)
+            alt = streams_mod.joined(p, raw_alt) if raw_alt is not None else None
         measures["level"] = measures["level"] or level
         if measures["level"] != level and "mixed levels" not in measures["notes"]:
             measures["notes"].append("mixed levels")
@@ -180,7 +181,7 @@ def _step(ctx: Context, traj: traj_mod.Trajectory, index: int, by_stream: dict[s
         if raw_hi is not None:  # e and f against the reference one precision higher; the engine dtype's rounding
             # of the same computation (and of the alt attention) is the floor, one rounding of the output the slack
             hi = combination.apply(streams_mod.raws(p, raw_hi), x.to(higher), sigma.to(higher)) \
-                if combination is not None else streams_mod.raws(p, raw_hi)[0]
+                if combination is not None else streams_mod.joined(p, raw_hi)
             floors = [rel(ref, hi)] + ([rel(alt, hi)] if alt is not None else [])
             measured = {"e": rel(eng, hi), "cos": cos(eng, hi), "f": max(floors),
                         "slack": rel(hi.to(eng.dtype), hi), "e_same_dtype": rel(eng, ref),

@@ -147,6 +147,38 @@ def raws(p: Plan, outputs: Sequence[Mapping[str, torch.Tensor]]) -> list[torch.T
     return [t[:, :p.channels] for t in found] if p.channels else found
 
 
+def joined(p: Plan, outputs: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tensor:
+    """Every call's prediction of the stream, flattened and joined in call order: what is judged when the guidance
+    is not one replay rebuilds, so no call of the step goes unjudged (a second call's error counts as the first's)."""
+    return torch.cat([t.flatten() for t in raws(p, outputs)])
+
+
+def guidance_record(stream: str, chosen: families.Combination | None, per_step: Sequence[tuple[int, list]],
+                    ratios: Sequence[int] | None = None) -> dict[str, Any]:
+    """What a stream's case says of its guidance: ``judged`` with the form (the combination that rebuilds the
+    engine's ``out`` from its own denoiser outputs) and the steps it does not rebuild (judged by it anyway, so
+    they fail on ``e``); or not judged, with why: no form ikdata rebuilds explains the recorded scheduler input
+    at any step (APG, PAG, normalized or negated forms of other pipelines, STG...). Then every call's raw output
+    is judged (``denoiser output``), and the guidance between them and the scheduler is declared unjudged, never
+    passed silently."""
+    if chosen is not None:
+        off = [index for index, matches in per_step if all(m.name != chosen.name for m in matches)]
+        return {"judged": True, "form": chosen.name, "steps_not_rebuilt": off}
+    shape = f" (denoiser calls per step, as multiples of the latents' batch: {list(ratios)})" if ratios else ""
+    return {"judged": False, "form": None,
+            "reason": f"guidance not judged (stream {stream!r}): the scheduler's input is not rebuilt from the step's "
+                      f"denoiser outputs by any form ikdata models ({', '.join(families.FORMS)}){shape} at any of "
+                      f"{len(per_step)} step(s); every denoiser call's output is judged, the guidance combining them "
+                      "is not"}
+
+
+def not_judged(measures: Mapping[str, Any]) -> list[str]:
+    """The declarations of what a trajectory's case did not judge (guidance per stream), for its reason and the
+    report."""
+    return [g["reason"] for _, g in sorted((measures.get("guidance") or {}).items())
+            if isinstance(g, Mapping) and g.get("judged") is False and g.get("reason")]
+
+
 def matching(p: Plan, engine: Sequence[Mapping[str, torch.Tensor]], out: torch.Tensor, x: torch.Tensor,
              sigma: torch.Tensor, settings: Mapping[str, Any]) -> list[families.Combination]:
     """The combinations that rebuild the engine's ``out`` from the engine's raw outputs (to rounding) best: an
@@ -183,5 +215,5 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return d / nb if nb else (0.0 if d == 0 else float("inf"))
 
 
-__all__ = ["Plan", "REBUILD_TOLERANCE", "choose", "matching", "plan", "raws", "rebuild", "rebuild_tolerance",
+__all__ = ["Plan", "REBUILD_TOLERANCE", "choose", "guidance_record", "joined", "matching", "not_judged", "plan", "raws", "rebuild", "rebuild_tolerance",
            "transforms"]

@@ -59,6 +59,8 @@ def notes(report: Report | Any) -> list[str]:
         if any(s.get("degenerate") for s in m.get("steps") or []):
             lines.append(f"{short}: the floor is degenerate (f = 0) at some steps: judged by the "
                          f"definition's tolerance {m.get('fallback_tolerance')} there")
+        for declared in m.get("not_judged") or []:
+            lines.append(f"{short}: {declared}")
         if m.get("unjudged"):
             lines.append(f"{short}: not judged (ran, no reference replayed): {'; '.join(map(str, m['unjudged']))}")
         if m:

@@ -1,0 +1,127 @@
+"""Tiny pipelines of the round-three tests (random weights from config, CPU, offline): Lumina2 (two calls a step,
+normalized and negated CFG), and engines wrong at one call of one step or guided by a form ikdata does not
+rebuild."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+STEPS = 4
+
+
+def _gen(seed: int) -> Any:
+    import torch
+
+    return torch.Generator("cpu").manual_seed(seed)
+
+
+def _embeds(*shape: int, seed: int = 1) -> Any:
+    import torch
+
+    return torch.randn(*shape, generator=_gen(seed))
+
+
+def lumina2(*, steps: int = STEPS) -> tuple[Any, dict]:
+    """Lumina2Pipeline: a conditional then an unconditional call a step, CFG normalized to the conditional norm,
+    the prediction negated before the scheduler."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, Lumina2Pipeline, Lumina2Transformer2DModel
+
+    torch.manual_seed(0)
+    transformer = Lumina2Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, hidden_size=16, num_layers=1,
+                                            num_refiner_layers=1, num_attention_heads=2, num_kv_heads=2, multiple_of=16,
+                                            cap_feat_dim=16, axes_dim_rope=(4, 2, 2), axes_lens=(32, 32, 32))
+    pipe = Lumina2Pipeline(transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(), vae=None,
+                           text_encoder=None, tokenizer=None)
+    pipe.set_progress_bar_config(disable=True)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    return pipe, dict(prompt_embeds=_embeds(1, 6, 16), prompt_attention_mask=mask,
+                      negative_prompt_embeds=_embeds(1, 6, 16, seed=3), negative_prompt_attention_mask=mask,
+                      height=64, width=64, num_inference_steps=steps, generator=_gen(5), output_type="latent")
+
+
+@contextlib.contextmanager
+def wrong_call(pipe: Any, *, step: int, call: int, scale: float = 1.1) -> Iterator[None]:
+    """Every attention output of the denoiser's ``call``-th forward of ``step`` times ``scale``."""
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
+    state = {"forward": 0}
+    inside: list[int] = []
+    per_step = [0]
+
+    def scaled(*args: Any, **kwargs: Any) -> Any:
+        out = sdpa(*args, **kwargs)
+        return out * scale if inside and state["forward"] == step * per_step[0] + call else out
+
+    def before(*_: Any) -> None:
+        inside.append(1)
+
+    def after(*_: Any) -> None:
+        inside.clear()
+        state["forward"] += 1
+
+    per_step[0] = 2  # Lumina2 and two-call pipelines: two forwards a step
+    module = pipe.transformer if getattr(pipe, "transformer", None) is not None else pipe.unet
+    hooks = [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+    F.scaled_dot_product_attention = scaled
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = sdpa
+        for hook in hooks:
+            hook.remove()
+
+
+def apg_like(outputs: list, g: float, negate: bool) -> Any:
+    """A guidance form ikdata does not model (adaptive projected guidance, no momentum): the difference's
+    component along the conditional prediction dropped. ``outputs``: one CFG batch (unconditional first) or two
+    calls (conditional first)."""
+    uncond, cond = outputs[0].chunk(2) if len(outputs) == 1 else (outputs[1], outputs[0])
+    diff = cond - uncond
+    dims = list(range(1, cond.dim()))
+    parallel = (diff * cond).sum(dim=dims, keepdim=True) / (cond * cond).sum(dim=dims, keepdim=True) * cond
+    guided = cond + (g - 1) * (diff - parallel)
+    return -guided if negate else guided
+
+
+@contextlib.contextmanager
+def guided_by(pipe: Any, form: Any, *, steps: Any = None) -> Iterator[None]:
+    """The scheduler fed ``form(outputs)`` of the step's denoiser outputs (every step, or those in ``steps``)
+    instead of the pipeline's own guidance: the guidance dropped, or a form ikdata does not rebuild. The
+    class-level capture patch stays inside the replaced step, so capture records what the scheduler was fed."""
+    sched = pipe.scheduler
+    cls = type(sched)
+    patched = cls.__dict__["step"]
+    index = [0]
+    outputs: list[Any] = []
+
+    def step_(self: Any, model_output: Any, *args: Any, **kwargs: Any) -> Any:
+        if self is not sched:
+            return patched(self, model_output, *args, **kwargs)
+        try:
+            if outputs and (steps is None or index[0] in steps):
+                model_output = form(outputs).to(model_output.dtype)
+            return patched(self, model_output, *args, **kwargs)
+        finally:
+            outputs.clear()
+            index[0] += 1
+
+    def after(module: Any, args: Any, output: Any) -> None:
+        outputs.append(output[0] if isinstance(output, tuple) else output.sample)
+
+    module = pipe.transformer if getattr(pipe, "transformer", None) is not None else pipe.unet
+    hook = module.register_forward_hook(after)
+    cls.step = step_
+    try:
+        yield
+    finally:
+        cls.step = patched
+        hook.remove()
+
+
+def conditional_alone(outputs: list, *, negate: bool = False) -> Any:
+    """The guidance dropped: the conditional prediction alone (negated where the pipeline negates)."""
+    cond = outputs[0] if len(outputs) > 1 else outputs[0].chunk(2)[1]
+    return -cond if negate else cond
