@@ -34,6 +34,7 @@ from ikdata.diffusion import pipelines as families
 from ikdata.diffusion import step_calls, step_measure
 from ikdata.diffusion import streams as streams_mod
 from ikdata.diffusion import trajectories as traj_mod
+from ikdata.diffusion import trajectory_checks as checks
 from ikdata.diffusion import trajectory_reuse
 from ikdata.diffusion import verdicts as rules
 from ikdata.diffusion.judge_context import Context, RunnerHooks
@@ -76,6 +77,7 @@ def judge(ctx: Context, traj: traj_mod.Trajectory) -> Case:
                                                 "attention": {"reference": settings.reference_attention,
                                                               "alt": settings.alt_attention}}})
     measures["workloads"] = workloads
+    checks.blame_schedule(measures)  # a sigma off at some steps fails those steps' scheduler step, not every denoiser
     verdict = rules.decide(measures)
     measures.update(first_failure=verdict["first_failure"], worst=verdict["worst"], detectable=verdict["detectable"],
                     steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])

@@ -81,14 +81,19 @@ def fallback(ctx: Context, traj: traj_mod.Trajectory) -> tuple[float, str]:
 
 
 def schedule_check(record: dict, reference: list, expected: int) -> dict[str, Any]:
+    """The recorded schedule against the reference's: another length, or a sigma, next sigma or timestep at every
+    step that is not the reference's (another schedule altogether), stops the trajectory at step 0; a mismatch
+    at some steps only is listed (``mismatches``: step, stream, reason) and blamed on those steps' scheduler step
+    (:func:`blame_schedule`), so the denoiser is still judged at every step."""
     ref_sigmas = [r[0] for r in reference]
     found = {"reference_steps": len(reference), "steps": expected, "reference_sigmas": ref_sigmas,
-             "stopped": False, "reason": None}
+             "stopped": False, "reason": None, "mismatches": []}
     if len(reference) != expected:
         start = start_of(record)
         took = f"{expected - start} steps from index {start}" if start else f"{expected} steps"
         found.update(stopped=True, reason=f"the trajectory took {took}, the reference schedule has {len(reference)}")
         return found
+    mismatches = []
     for step in record["steps"]:
         i = step["index"] + start_of(record)  # a partial schedule's step 0 is the reference's step start
         sigma, sigma_next, timestep = reference[i]
@@ -98,10 +103,26 @@ def schedule_check(record: dict, reference: list, expected: int) -> dict[str, An
                 continue
             if not math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-7):
                 at = f", schedule index {i}" if i != step["index"] else ""
-                found.update(stopped=True, reason=f"step {step['index']} ({step['stream']}{at}): {name} {got!r}, the "
-                                                  f"reference schedule's is {want!r}")
-                return found
+                mismatches.append({"step": step["index"], "stream": step["stream"],
+                                   "reason": f"step {step['index']} ({step['stream']}{at}): {name} {got!r}, the "
+                                             f"reference schedule's is {want!r}"})
+                break
+    if mismatches and len(mismatches) == len(record["steps"]):  # another schedule altogether (a shift, a start)
+        found.update(stopped=True, reason=mismatches[0]["reason"])
+    elif mismatches:
+        found.update(mismatches=mismatches, reason=mismatches[0]["reason"])
     return found
+
+
+def blame_schedule(measures: dict[str, Any]) -> None:
+    """Fail the scheduler step (the chain) of each measured step whose recorded sigma, next sigma or timestep is
+    not the reference schedule's, with the reason; the denoiser of that step is judged by its own ``e``."""
+    reasons = {(m["step"], m["stream"]): m["reason"] for m in (measures.get("schedule") or {}).get("mismatches") or []}
+    for row in measures.get("steps") or []:
+        reason = reasons.get((row.get("index"), row.get("stream")))
+        if reason:
+            earlier = row.get("chain_reason")
+            row["chain_reason"] = f"schedule mismatch: {reason}" + (f"; {earlier}" if earlier else "")
 
 
 def start_of(record: Mapping[str, Any]) -> int:
@@ -204,5 +225,5 @@ def _noised(ctx: Context, sched: Any, first_x: torch.Tensor, init: torch.Tensor,
             **({"dtype": str(first_x.dtype)} if first_x.dtype != torch.float32 else {})}
 
 
-__all__ = ["FALLBACK_TOLERANCE", "check_limits", "continuity", "fallback", "initial_noise",
+__all__ = ["FALLBACK_TOLERANCE", "blame_schedule", "check_limits", "continuity", "fallback", "initial_noise",
            "schedule_check", "start_of"]

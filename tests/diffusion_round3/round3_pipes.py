@@ -125,3 +125,23 @@ def conditional_alone(outputs: list, *, negate: bool = False) -> Any:
     """The guidance dropped: the conditional prediction alone (negated where the pipeline negates)."""
     cond = outputs[0] if len(outputs) > 1 else outputs[0].chunk(2)[1]
     return -cond if negate else cond
+
+
+@contextlib.contextmanager
+def wrong_sigma_in_table(pipe: Any, *, index: int, factor: float = 0.9) -> Iterator[None]:
+    """The scheduler's sigma table wrong at ``index`` for the whole call (set after the pipeline's set_timesteps):
+    the step that ends there (its sigma_next) and the step that starts there (its sigma) use it, and capture
+    records it."""
+    sched = pipe.scheduler
+    original = type(sched).set_timesteps
+
+    def set_timesteps(*args: Any, **kwargs: Any) -> Any:
+        result = original(sched, *args, **kwargs)
+        sched.sigmas[index] *= factor
+        return result
+
+    sched.set_timesteps = set_timesteps
+    try:
+        yield
+    finally:
+        del sched.set_timesteps
