@@ -94,8 +94,8 @@ def _active(cap: Any, prefix: str, op_type: str) -> bool:
     """Whether a call of this kind could be recorded now: capture on, the step selected, and ``--only``
     (if given) naming its op type or a definition or template starting with ``prefix``. Checked before any
     copy an in-place op needs."""
-    if not (cap.enabled and cap.is_selected_now()):
-        return False
+    if cap.tracker.local.skip or not (cap.enabled and cap.is_selected_now()):
+        return False  # ``skip``: a step the default selection does not look at (capture's module hook sets it)
     only = cap.only
     return not only or op_type in only or any(name.startswith(prefix) for name in only)
 
