@@ -4,6 +4,7 @@
       UsageError            a bad option or configuration (exit 2)
       RecordError           a record that is malformed (.path, .line, .pointer)
         UnsafePath          a path that breaks contract 3 (.relative, .reason)         core/paths.py
+        TooLarge            a file past its reader's size cap, refused unread (.size, .cap)  core/paths.py
       DefinitionError       a definition that is inconsistent, or a capture that breaks it
       UntrustedReference    a reference that may not run (.digest, .source)
       StoreError            (.digest, .path)

@@ -269,12 +269,8 @@ def record_path_refusal(relative: object) -> UnsafePath | None:
                           "expected a record file's name, which never does")
     if relative in RECORD_FILES:
         return None
-    kind = kind_of(relative) if len(parts) >= 2 else None
-    if kind is None:
+    if len(parts) < 2 or kind_of(relative) is None:
         return UnsafePath(relative, f"path {relative!r} is not a record file; expected {_describe_records()}")
-    if kind.pattern is not None and not re.fullmatch(kind.pattern, relative):
-        return UnsafePath(relative, f"path {relative!r} is not a {kind.name} file; expected a path matching "
-                          f"{kind.pattern.replace(chr(92) + '.', '.')}")
     return None
 
 
