@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 from ikdata.capture import selection
 from ikdata.diffusion.trajectory_writer import Blob, BlobQueue, write_trajectory
-from ikdata.diffusion import noise as noise_mod
 from ikdata.diffusion import scheduler_state
 
 _OPEN: "weakref.WeakSet[TrajectoryRecorder]" = weakref.WeakSet()
@@ -86,6 +85,7 @@ class TrajectoryRecorder:
         self.step_draws: list[Blob] | None = None  # noise drawn inside the scheduler step being recorded
         self.set_timesteps: dict[int, dict[str, Any]] = {}  # id(scheduler) -> its last set_timesteps arguments
         self.noise_check: dict[str, bool] = {}
+        self.stream_draws: dict[str, list[int]] = {}  # stream -> the draws its noise is (in order)
         self.noised: list[tuple[Any, Any, Any]] = []  # (original latents, noise, result) of add_noise before step 0
         self.init: dict[str, Blob] = {}  # stream -> the latents add_noise noised into its first x (partial schedule)
         self.starts: dict[str, int] = {}  # stream -> the schedule index its first step takes (strength < 1)
@@ -261,34 +261,38 @@ class TrajectoryRecorder:
         return self.queue.copy(sample)
 
     def _check_noise(self, stream: str, sample: Any) -> None:
-        """Whether this stream's first latents are the recipe's noise for the generator's seed."""
+        """Whether this stream's first latents are the recipe's noise for the generator's seed: the first draw (or
+        run of draws, one generator per image) after the previous stream's that makes them, as drawn, packed or
+        noised by add_noise, and is what torch.randn gives on its generator after that generator's earlier draws
+        (a VAE's latent_dist.sample(generator) of pixel img2img draws before the noise)."""
+        from ikdata.diffusion import noise_draws
+
         order = len(self.noise_check)
-        if order >= len(self.draws):
+        start = 1 + max((k for indices in self.stream_draws.values() for k in indices), default=-1)
+        if start >= len(self.draws):
             self.noise_check[stream] = False
             self.noise_reason = self.noise_reason or (
                 f"no noise drawn from a generator for stream {stream!r} (latents passed in, or drawn another way)")
             return
-        generator, drawn = self.draws[order]
-        import torch
 
-        same = False
-        layout = None
-        if isinstance(generator, torch.Generator) and generator.device.type == "cpu" and drawn.is_floating_point():
-            recipe = noise_mod.draw(generator.initial_seed(), [noise_mod.Stream(f"s{k}", tuple(d.shape))
-                                                              for k, (_, d) in enumerate(self.draws[:order + 1])])
-            layout = _matches_packed(self.pipe, stream, sample, drawn) or self._noised(stream, sample, drawn)
-            # a pipeline in bf16/fp16 draws in its dtype: torch.randn then gives the float32 recipe's numbers rounded
-            as_drawn = torch.equal(recipe[f"s{order}"].to(drawn.dtype), drawn)
-            same = as_drawn and layout is not None
-            if not as_drawn and not self.noise_reason:
-                self.noise_reason = (f"stream {stream!r}: the noise drawn is not the recipe's for the generator's seed "
-                                     f"{generator.initial_seed()} (something was drawn from the generator first)")
-        elif not self.noise_reason:
-            self.noise_reason = "the noise was not drawn as floating point numbers from a CPU torch.Generator"
-        if not same and not self.noise_reason:
-            self.noise_reason = (f"stream {stream!r}: the first latents are not the drawn noise as drawn, packed by the "
-                                 "pipeline's _pack_latents, or times the scheduler's init_noise_sigma (the pipeline "
-                                 "made them another way)")
+        def made_of(drawn: Any) -> str | None:
+            return _matches_packed(self.pipe, stream, sample, drawn) or self._noised(stream, sample, drawn)
+
+        found = noise_draws.find(self.draws, sample, start, made_of)
+        if found is None:
+            same, why = False, None
+            if order < len(self.draws):
+                why = noise_draws.recipe_equal(self.draws, [order])[1]
+                why = why and f"stream {stream!r}: {why}"
+            self.noise_reason = self.noise_reason or why or (
+                f"stream {stream!r}: the first latents are not the drawn noise as drawn, packed by the pipeline's "
+                "_pack_latents, or times the scheduler's init_noise_sigma (the pipeline made them another way)")
+        else:
+            indices, _ = found
+            self.stream_draws[stream] = indices
+            same, why = noise_draws.recipe_equal(self.draws, indices)
+            if not same and not self.noise_reason:
+                self.noise_reason = f"stream {stream!r}: {why}"
         self.noise_check[stream] = bool(same)
 
     def _noised(self, stream: str, sample: Any, drawn: Any) -> str | None:

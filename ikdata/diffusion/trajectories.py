@@ -236,6 +236,9 @@ def limit_problems(record: dict, *, largest: int | None) -> list[tuple[str, str]
             "the elements of the largest tensor the trajectory holds, and it holds none that can be read"
         found.append(("/noise/streams", f"the noise streams hold {total:,} elements; expected at most {NOISE_FACTOR} "
                                         f"times {held}"))
+    from ikdata.diffusion.noise_draws import limit_problems as draw_problems
+
+    found += draw_problems(noise, largest)  # a recorded draw order (a VAE's draw first, a generator per image)
     return found
 
 

@@ -13,6 +13,7 @@ from ikdata.core.errors import IkdataError, RecordError
 from ikdata.core.records import TensorRef
 from ikdata.core.store import digest_from_path
 from ikdata.diffusion import noise as noise_mod
+from ikdata.diffusion import noise_draws
 from ikdata.diffusion import trajectories as traj_mod
 from ikdata.diffusion.distance import rel
 from ikdata.diffusion.judge_context import Context
@@ -170,8 +171,12 @@ def initial_noise(ctx: Context, traj: traj_mod.Trajectory, sched: Any = None) ->
         return {s: {"equal": None, "note": f"cannot decide: {why}"} for s in record["streams"]}
     compared = [s for s in record["streams"] if s in shapes and traj.steps_of(s)[:1]
                 and traj.steps_of(s)[0]["index"] == 0]
-    drawn = noise_mod.draw(int(seed), [noise_mod.Stream(n, tuple(shape)) for n, shape in shapes.items()]) \
-        if compared else {}  # sized by check_limits; nothing is drawn when no step 0 is there to compare
+    if not compared:  # nothing is drawn when no step 0 is there to compare
+        drawn = {}
+    elif noise.get("draws"):  # another draw order (a VAE's draw first, a generator per image): repeated as recorded
+        drawn = noise_draws.replay(noise, ctx.settings.seed)  # sized by check_limits
+    else:
+        drawn = noise_mod.draw(int(seed), [noise_mod.Stream(n, tuple(shape)) for n, shape in shapes.items()])
     sigma = getattr(sched, "init_noise_sigma", 1.0) if sched is not None else 1.0
     for stream in record["streams"]:
         first = traj.steps_of(stream)[:1]

@@ -166,8 +166,9 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
         if why:
             record.setdefault("skipped", {})["denoiser"] = why
     streams = _stream_order(rec)
-    noise_streams = [(s, d) for s, (_, d) in zip(streams, rec.draws)]
+    noise_streams = _noise_streams(rec, streams)
     from ikdata.diffusion import noise as noise_mod
+    from ikdata.diffusion import noise_draws
 
     check = {s: rec.noise_check.get(s, False) for s in streams}
     record = {
@@ -190,7 +191,8 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
                   "streams": [{"name": s, "shape": list(d.shape)} for s, d in noise_streams],
                   "digest": _noise_digest(rec, noise_streams, check),
                   **({"dtype": str(noise_streams[0][1].dtype)} if noise_streams else {}),
-                  "check": check, "reason": rec.noise_reason if not all(check.values()) else None},
+                  "check": check, "reason": rec.noise_reason if not all(check.values()) else None,
+                  **noise_draws.record(rec.draws, rec.stream_draws)},
         "model": model,
         "provenance": {k: v for k, v in facts.items() if isinstance(v, (str, int, float, bool)) or v is None},
     }
@@ -428,6 +430,23 @@ def _scheduler_extra(step: Any) -> dict:
         step.skipped["scheduler_state"] = "not recorded: " + ", ".join(extra.unrecorded)
     return {"state": described(extra.state), "step_args": dict(extra.args),
             "noise": [{"source": source, "tensor": blob.descriptor()} for source, blob in extra.noise]}
+
+
+def _noise_streams(rec: Any, streams: list[str]) -> list[tuple[str, Any]]:
+    """(stream, its noise) in order: the draws the noise check found each stream made of (a VAE's draw before it
+    skipped, one generator per image joined on the batch), else the k-th draw for the k-th stream."""
+    import torch
+
+    if not rec.stream_draws:
+        return [(s, d) for s, (_, d) in zip(streams, rec.draws)]
+    found = []
+    for s in streams:
+        indices = rec.stream_draws.get(s)
+        if not indices:
+            break
+        parts = [rec.draws[k][1] for k in indices]
+        found.append((s, torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]))
+    return found
 
 
 def _noise_digest(rec: Any, noise_streams: list, check: dict) -> str | None:

@@ -145,3 +145,48 @@ def wrong_sigma_in_table(pipe: Any, *, index: int, factor: float = 0.9) -> Itera
         yield
     finally:
         del sched.set_timesteps
+
+
+def _sd_unet() -> Any:
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    return UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
+                                block_out_channels=(8, 16), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16,
+                                norm_num_groups=4, attention_head_dim=4)
+
+
+def sd_img2img_pixels(*, strength: float = 0.5, steps: int = STEPS, generators: int = 1) -> tuple[Any, dict]:
+    """StableDiffusionImg2ImgPipeline given a pixel image: its VAE encodes it and draws ``latent_dist.sample(generator)``
+    from the generator before the pipeline draws the noise. ``generators``: one generator per image (a list)."""
+    import torch
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionImg2ImgPipeline
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(block_out_channels=(4, 4), down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=2,
+                        layers_per_block=1)
+    pipe = StableDiffusionImg2ImgPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=_sd_unet(),
+                                          scheduler=EulerDiscreteScheduler(num_train_timesteps=100, steps_offset=1),
+                                          safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    image = torch.rand(generators, 3, 16, 16, generator=_gen(9))  # pixels in [0, 1]
+    generator = _gen(21) if generators == 1 else [_gen(21 + i) for i in range(generators)]
+    return pipe, dict(prompt_embeds=_embeds(generators, 6, 16), negative_prompt_embeds=_embeds(generators, 6, 16, seed=3),
+                      image=image, num_inference_steps=steps, guidance_scale=4.0, strength=strength,
+                      generator=generator, output_type="latent")
+
+
+def sd_generator_list(*, steps: int = STEPS, images: int = 2) -> tuple[Any, dict]:
+    """StableDiffusionPipeline making ``images`` images, one generator each (``generator=[g0, g1]``)."""
+    from diffusers import EulerDiscreteScheduler, StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline(vae=None, text_encoder=None, tokenizer=None, unet=_sd_unet(),
+                                   scheduler=EulerDiscreteScheduler(num_train_timesteps=100, steps_offset=1),
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, dict(prompt_embeds=_embeds(1, 6, 16), negative_prompt_embeds=_embeds(1, 6, 16, seed=3), height=64,
+                      width=64, num_inference_steps=steps, guidance_scale=4.0, num_images_per_prompt=images,
+                      generator=[_gen(31 + i) for i in range(images)], output_type="latent")
