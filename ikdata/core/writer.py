@@ -247,10 +247,14 @@ class DatasetWriter:
             raise
 
     def commit(self, *, parent: Mapping[str, Any] | None = None) -> str:
-        """Bring the manifest up to date under the exclusive dataset lock; return the dataset id."""
+        """Bring the manifest up to date under the exclusive dataset lock; return the dataset id. The temp files
+        of writers that were killed (a blob or record half written) go first, by the one temp-file rule
+        (:func:`ikdata.core.paths.sweep_temps`: a live writer's stay)."""
         from ikdata.core import manifest
+        from ikdata.core.paths import sweep_temps
 
         with dataset_lock(self.root, exclusive=True):
+            sweep_temps(self.root, recursive=True)
             return manifest.write(self.root, parent=dict(parent) if parent else None)
 
 
