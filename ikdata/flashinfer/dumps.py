@@ -30,6 +30,7 @@ TENSOR_FILES = ("inputs.safetensors", "inputs.pt")
 SCHEMA = "flashinfer-call"
 MAX_METADATA_BYTES = 64 << 20  # a recorder's metadata.jsonl is a few KiB; anything near this is not one
 _NESTED = re.compile(r"__(?:key_|value_)?[0-9]+$")
+_CALL_FOLDER = re.compile(r"_pid[0-9]+_.+_call[0-9]+$")  # <timestamp>_pid<P>_<func>_call<N>
 
 
 @dataclass
@@ -88,6 +89,10 @@ def read_calls(root: Path) -> tuple[list[Call], list[Skipped]]:
         skipped += [Skipped(str(p), "a call folder without metadata.jsonl: the recorder did not finish writing it")
                     for p in sorted(root.iterdir()) if p.is_dir() and not os.path.lexists(p / "metadata.jsonl")
                     and any(os.path.lexists(p / n) for n in TENSOR_FILES)]
+        skipped += [Skipped(str(p), "an empty call folder: the recorder failed to dump this call (its log says why; "
+                                    "safetensors, for one, refuses two arguments that share memory)")
+                    for p in sorted(root.iterdir()) if p.is_dir() and not p.is_symlink() and _CALL_FOLDER.search(p.name)
+                    and not any(p.iterdir())]
     for folder, prefix in folders:
         try:
             if folder.is_symlink():

@@ -210,6 +210,8 @@ def api_templates() -> dict[str, set[str]]:
                 continue
             module = "flashinfer." + ".".join(path.relative_to(root).with_suffix("").parts)
             module = module.removesuffix(".__init__")
+            owners = {id(child): node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                      for child in node.body}
             for node in ast.walk(tree):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     continue
@@ -220,6 +222,8 @@ def api_templates() -> dict[str, set[str]]:
                                 name = kw.value.id if isinstance(kw.value, ast.Name) else getattr(kw.value, "attr", None)
                                 if name:
                                     found.setdefault(f"{module}.{node.name}", set()).add(name)
+                                    if id(node) in owners:  # a wrapper's method, as the recorder names it
+                                        found.setdefault(f"{module}.{owners[id(node)]}.{node.name}", set()).add(name)
     _API_TEMPLATES = found
     return found
 

@@ -80,3 +80,21 @@ def test_fp8_block_scale_moe_at_small_sizes_passes_honest_and_fails_one_percent_
                                           replace={**sizes, "seq_len": 2}, wrong=True)
     out = _import(tmp_path / "wrong", [wrong])
     assert out.returncode == 1 and "not validated" in out.stderr, out.stdout + out.stderr
+
+
+def test_an_empty_call_folder_the_recorder_failed_to_dump_is_named_with_why(tmp_path):
+    """trtllm_fmha_v2_prefill's census call left an empty folder (safetensors refused two arguments sharing
+    memory) and the census said "no reason given"."""
+    from ikdata.flashinfer.dumps import read_calls
+
+    (tmp_path / "20261205_095648_891_pid19209_trtllm_fmha_v2_prefill_call0001").mkdir()
+    calls, skipped = read_calls(tmp_path)
+    assert calls == []
+    assert [s.folder.rsplit("/", 1)[-1] for s in skipped] == ["20261205_095648_891_pid19209_trtllm_fmha_v2_prefill_call0001"]
+    assert "failed to dump this call" in skipped[0].reason
+
+
+def test_an_in_place_api_the_recorder_cannot_dump_works_through_capture_in_the_census(tmp_path):
+    rows = _census(tmp_path, "norm:fused_add_rmsnorm_trace")
+    row = rows["norm:fused_add_rmsnorm_trace"]
+    assert row["stage"] == "works" and row["via"] == "capture", row
