@@ -66,7 +66,7 @@ class Compiled:
 
     def __init__(self, capturer: Any) -> None:
         self.capturer = capturer
-        self.sites: list[Site] = []
+        self.sites = _SITES  # per process: a graph tapped under one Capturer may run under the next (tests)
         self.regions: dict[str, list[int]] = {}  # region name -> [calls not yet handed to the census]
         self._lock = threading.Lock()
         self._restore: list[tuple[Any, str, Any]] = []
@@ -151,6 +151,8 @@ class Compiled:
         self._restore.append((owner, "__call__", original))
 
     def uninstall(self) -> None:
+        if _TAP_OWNER and _TAP_OWNER[0] is self:
+            _TAP_OWNER.clear()  # graphs tapped earlier still run: their taps do nothing now
         for owner, name, original in reversed(self._restore):
             setattr(owner, name, original)
         self._restore.clear()
@@ -254,7 +256,7 @@ class Compiled:
 
     def run_tap(self, site_index: int, tensors: list[Any]) -> None:
         """The tap's kernel: one mapped call of compiled code ran, with these real tensors (its result last)."""
-        if self.capturer._local.busy:
+        if self.capturer._local.busy or not 0 <= site_index < len(self.sites):
             return
         site = self.sites[site_index]
         values = list(tensors)
@@ -340,6 +342,7 @@ def _region_name(graph: Any, gm: Any) -> str:
         return "<compiled code>"
 
 
+_SITES: list[Site] = []  # every tapped call of this process's compiled graphs, by the index its tap carries
 _TAP_OWNER: list[Compiled] = []
 _LIBRARY: list[Any] = []
 
