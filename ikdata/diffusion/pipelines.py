@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import torch
 
+from ikdata.core.errors import IkdataError
+
 # Declared hints (:mod:`ikdata.diffusion.streams` discovers the rest): a denoiser whose streams could have equal
 # shapes. denoiser class -> stream -> (forward input holding the stream's latents, forward output of that stream)
 STREAMS: dict[str, dict[str, tuple[str, str]]] = {
@@ -209,7 +211,20 @@ def update(sched: Any, index: int, out: torch.Tensor, x: torch.Tensor, step: dic
     (:func:`ikdata.diffusion.scheduler_state.replay_step`)."""
     from ikdata.diffusion import scheduler_state
 
-    return scheduler_state.replay_step(sched, index, step or {}, out, x, load or (lambda ref: None))
+    try:
+        return scheduler_state.replay_step(sched, index, step or {}, out, x, load or (lambda ref: None))
+    except INTERNAL as exc:  # the reference step could not run on what ikdata gave it: ikdata's error
+        raise ReferenceStepError(f"ikdata could not run the reference {type(sched).__name__}.step at schedule index "
+                                 f"{index} (an error in ikdata's replay of the scheduler, not the engine's step: it "
+                                 f"lacks state capture did not record): {type(exc).__name__}: {exc}") from exc
+
+
+INTERNAL = (AttributeError, TypeError, KeyError, NameError)  # raised by the reference step: ikdata's, not the engine's
+
+
+class ReferenceStepError(IkdataError):
+    """ikdata's replay of a scheduler step failed (state it did not record, an argument it did not pass): the case
+    is an error named as ikdata's, never the engine's wrong step."""
 
 
 def decode(pipe: Any, finals: dict[str, torch.Tensor], scalars: dict[str, Any]) -> dict[str, Any]:
@@ -247,4 +262,4 @@ def decode(pipe: Any, finals: dict[str, torch.Tensor], scalars: dict[str, Any]) 
     raise NotImplementedError(f"replay does not know how {name} decodes its latents")
 
 
-__all__ = ["Combination", "FORMS", "STREAMS", "combinations", "decode", "guidance", "reference_schedule", "schedule_values", "update"]
+__all__ = ["Combination", "FORMS", "ReferenceStepError", "STREAMS", "combinations", "decode", "guidance", "reference_schedule", "schedule_values", "update"]

@@ -28,7 +28,8 @@ from ikdata.core.digest import finite_json, from_finite_json
 # the attributes a diffusers scheduler's step reads and writes besides its schedule (diffusers 0.3x-0.4x)
 STATE_FIELDS = ("_step_index", "_begin_index", "model_outputs", "lower_order_nums", "timestep_list", "last_sample",
                 "this_order", "order_list", "disable_corrector", "prev_derivative", "dt", "sample", "ets", "counter",
-                "cur_model_output", "cur_sample", "derivatives")
+                "cur_model_output", "cur_sample", "derivatives", "last_noise", "this_predictor_order",
+                "this_corrector_order")  # the last three: SASolver's predictor-corrector
 STEP_TENSOR_ARGS = ("model_output", "timestep", "sample", "generator", "return_dict", "variance_noise")
 NOISE_SOURCES = ("randn", "variance_noise")
 

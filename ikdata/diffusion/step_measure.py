@@ -225,6 +225,8 @@ def _chain(ctx: Context, sched: Any, index: int, step: dict, out: torch.Tensor, 
     x and out, with the state, arguments and noise the step recorded; and why it could not be computed."""
     try:
         chain_ref = families.update(sched, index, out, x, step, lambda ref: ctx.tensor(ref, where))
+    except families.ReferenceStepError:  # ikdata's own failure: the case is an error, not the engine's wrong step
+        raise
     except Exception as exc:  # noqa: BLE001 - the reference step refused the recorded step: the chain fails so
         return math.inf, str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
     if x_next.shape != chain_ref.shape:

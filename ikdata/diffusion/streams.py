@@ -60,16 +60,27 @@ def _fits(tensor: Any, like: torch.Tensor, *, doubled: bool = False) -> bool:
 def transforms(sched: Any, index: int, x: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """The candidates for what a pipeline feeds its denoiser from the step's x: x itself, and the
     reference scheduler's ``scale_model_input`` of it at this step (Euler, Heun, DPM-2 divide by
-    sqrt(sigma^2 + 1)) when that differs."""
+    sqrt(sigma^2 + 1)) when that differs; for a two-stage scheduler (KDPM2 and its ancestral form, whose second
+    stage scales by the interpolated sigma once the first stage left its ``sample``; Heun by ``dt``) also the
+    second stage's scaling, as the pipeline calls it between the stages."""
     found = [("x", x)]
-    if callable(getattr(sched, "scale_model_input", None)) and index < len(getattr(sched, "timesteps", [])):
+    if not (callable(getattr(sched, "scale_model_input", None)) and index < len(getattr(sched, "timesteps", []))):
+        return found
+    stages = [("scale_model_input", {})]
+    for name in ("sample", "dt"):  # the attribute whose None means "first stage" (state_in_first_order)
+        if name in vars(sched) and getattr(sched, name) is None and "state_in_first_order" in dir(type(sched)):
+            stages.append(("scale_model_input-second-stage", {name: x if name == "sample" else 1.0}))
+            break
+    for label, state in stages:
         try:
             step_sched = copy.copy(sched)
             if hasattr(step_sched, "_step_index"):
                 step_sched._step_index = index
+            for name, value in state.items():
+                setattr(step_sched, name, value)
             scaled = step_sched.scale_model_input(x, sched.timesteps[index])
-            if torch.is_tensor(scaled) and not torch.equal(scaled, x):
-                found.append(("scale_model_input", scaled))
+            if torch.is_tensor(scaled) and not any(torch.equal(scaled, t) for _, t in found):
+                found.append((label, scaled))
         except Exception:  # noqa: BLE001  a scheduler whose scaling needs more state: not a candidate
             pass
     return found
