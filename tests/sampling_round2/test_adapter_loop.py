@@ -46,8 +46,9 @@ def _decode_loop(tmp_path, budget=None):
     from ikdata.capture import boot
     from ikdata.capture.config import CaptureConfig
 
+    # every step asked for (--per-step): by default only a spread of a loop's steps is looked at (issue 44)
     cap = boot.install(CaptureConfig(into=str(tmp_path / "ds"), only=("sampling",), strict=True,
-                                     max_per_definition=budget))
+                                     max_per_definition=budget, per_step=True))
     try:
         cap.on_module("Sampler", _on_sampler)
         sampler = Sampler()
