@@ -55,6 +55,9 @@ def noise_layouts(pipe: Any, stream: str, drawn: Any) -> Iterator[tuple[str, Any
         packed = _call_packing(pack, pipe, drawn, defaults=stream != "audio")
         if packed is not None:
             layouts.append(("packed", packed))
+    half = _half_dtype(pipe)
+    if half is not None and drawn.dtype != half:  # Mochi: drawn in float32, cast to the model's dtype, stepped up
+        layouts += [(f"{name}, cast to {half}", tensor.to(half)) for name, tensor in list(layouts)]
     scheduler = getattr(pipe, "scheduler", None)
     sigma = getattr(scheduler, "init_noise_sigma", 1.0)
     for name, tensor in layouts:
@@ -62,6 +65,19 @@ def noise_layouts(pipe: Any, stream: str, drawn: Any) -> Iterator[tuple[str, Any
     if not _is_one(sigma):
         for name, tensor in layouts:
             yield f"{name}, times init_noise_sigma", tensor * sigma
+
+
+def _half_dtype(pipe: Any) -> Any:
+    """The denoiser's dtype when it is a half precision (bf16, fp16), else None."""
+    import torch
+
+    from ikdata.diffusion.denoisers import denoiser_of
+
+    try:
+        dtype = next(denoiser_of(pipe).parameters()).dtype
+    except Exception:  # noqa: BLE001 - no denoiser or no parameters: no cast candidate
+        return None
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
 
 
 def _is_one(value: Any) -> bool:

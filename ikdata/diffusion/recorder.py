@@ -146,9 +146,13 @@ class TrajectoryRecorder:
         if not self._selected(stream, index):
             return original(sched, *args, **kwargs)
         last = self.last_next.get(stream)
-        if last is not None and not (last[0] is sample and sample._version == last[1]) and \
-                self.bound.get("callback_on_step_end") is not None:  # the callback returned (or changed) the latents
-            self.edits.append({"stream": stream, "step": index - 1, "by": "callback_on_step_end"})
+        if last is not None and not (last[0] is sample and sample._version == last[1]):
+            if self.bound.get("callback_on_step_end") is not None:  # the callback returned (or changed) the latents
+                self.edits.append({"stream": stream, "step": index - 1, "by": "callback_on_step_end"})
+            else:
+                cast = _cast_between(last[0], sample)
+                if cast is not None:  # a mixed-precision stepper (Mochi): float32 steps, latents kept in half between
+                    self.edits.append({"stream": stream, "step": index - 1, "by": "cast", "dtype": str(cast)})
         x = self._host_x(stream, sample)
         reused = last is not None and x is last[2]  # x is the previous x_next: no new bytes
         out = self.queue.copy(model_output)
@@ -473,6 +477,20 @@ def _scheduler_step_definition(sched: Any, args: tuple, kwargs: dict, timestep: 
                                                  "alpha_prod_t_prev": float(a_prev), "clip_sample_range": clip}
     else:
         skipped["scheduler_step"] = f"no shipped step definition for {type(sched).__name__}"
+    return None
+
+
+def _cast_between(x_next: Any, sample: Any) -> Any:
+    """The half precision (bf16, fp16) that ``sample`` is ``x_next`` rounded to, or None: a pipeline that steps its
+    scheduler in float32 and keeps its latents in the model's dtype between steps (Mochi)."""
+    import torch
+
+    if not (_is_tensor(x_next) and _is_tensor(sample)) or x_next.shape != sample.shape or \
+            x_next.dtype != sample.dtype or not sample.is_floating_point():
+        return None
+    for half in (torch.bfloat16, torch.float16):
+        if half != sample.dtype and torch.equal(x_next.to(half).to(sample.dtype), sample):
+            return half
     return None
 
 

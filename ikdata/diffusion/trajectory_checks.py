@@ -136,6 +136,8 @@ def continuity(ctx: Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
     """x_next of step i against x of step i+1, and the final latent against the last x_next, per stream."""
     record, found = traj.record, []
     where = f"{traj.source}:{traj.line}"
+    callbacks = {(e.get("stream"), e.get("step")) for e in record.get("edits") or []
+                 if isinstance(e, dict) and e.get("by") == "callback_on_step_end"}  # a cast is checked by value
     for stream in record["streams"]:
         steps = traj.steps_of(stream)
         pairs = [(s, n, "x_next vs the next step's x", n["x"]) for s, n in zip(steps, steps[1:])
@@ -146,13 +148,33 @@ def continuity(ctx: Context, traj: traj_mod.Trajectory) -> list[dict[str, Any]]:
         for step, nxt, what, other in pairs:
             equal = digest_from_path(step["x_next"]["path"]) == digest_from_path(other["path"])
             item = {"stream": stream, "step": step["index"], "what": what, "equal": equal, "rel": 0.0 if equal else None}
-            if not equal and nxt is not None and (stream, step["index"]) in traj_mod.edited(record):
+            if not equal and nxt is not None and (stream, step["index"]) in callbacks:
                 item["edited"] = f"edited by callback_on_step_end at step {step['index']}"
             if not equal:
                 a, b = ctx.tensor(step["x_next"], where), ctx.tensor(other, where)
                 item["rel"] = rel(b, a) if a.shape == b.shape else math.inf
+                cast = next((d for d in _half_precisions(ctx, traj) if a.shape == b.shape and a.dtype != d and
+                             torch.equal(a.to(d).to(b.dtype), b)), None)
+                if cast is not None:  # a mixed-precision stepper (Mochi): float32 steps, latents kept in the model's
+                    item.update(equal=True, cast=str(cast))  # dtype between them: one rounding to it, as it runs
             found.append(item)
     return found
+
+
+def _half_precisions(ctx: Context, traj: traj_mod.Trajectory) -> list[torch.dtype]:
+    """The half precisions (bf16, fp16) the denoiser's weights are in: a pipeline that steps its scheduler in
+    float32 casts its latents to them between steps (Mochi), and is judged in the precision it runs. Empty when
+    the model record cannot be read (its load names why) or the model is in float32."""
+    from ikdata.diffusion import models
+
+    summary = traj.record.get("model") or {}
+    try:
+        model = models.read_record(ctx.run.ds.root, summary["record"], paths=ctx.run.ds.paths, where=traj.source,
+                                   line=traj.line, pointer="/model/record")
+        names = {str(t.get("dtype")) for t in model.record["tensors"].values()}
+    except (IkdataError, KeyError, TypeError, AttributeError):
+        return []
+    return [d for d in (torch.bfloat16, torch.float16) if str(d) in names or str(d).replace("torch.", "") in names]
 
 
 def initial_noise(ctx: Context, traj: traj_mod.Trajectory, sched: Any = None) -> dict[str, Any]:
@@ -192,6 +214,8 @@ def initial_noise(ctx: Context, traj: traj_mod.Trajectory, sched: Any = None) ->
         x = first_x.float().flatten().sort().values
         recipe = drawn[stream].to(first_x.dtype)  # a bf16 pipeline draws the recipe's numbers rounded: cast them
         candidates = [("sorted values", recipe)]
+        for half in _half_precisions(ctx, traj) if first_x.dtype == torch.float32 else []:  # Mochi: drawn in float32,
+            candidates.append((f"sorted values, cast to {half}", drawn[stream].to(half).to(first_x.dtype)))  # cast down
         if float(sigma) != 1.0:  # the pipeline scales the noise in its own dtype
             candidates.append(("sorted values, times init_noise_sigma", recipe * sigma))
         best: dict[str, Any] | None = None

@@ -190,3 +190,24 @@ def sd_generator_list(*, steps: int = STEPS, images: int = 2) -> tuple[Any, dict
     return pipe, dict(prompt_embeds=_embeds(1, 6, 16), negative_prompt_embeds=_embeds(1, 6, 16, seed=3), height=64,
                       width=64, num_inference_steps=steps, guidance_scale=4.0, num_images_per_prompt=images,
                       generator=[_gen(31 + i) for i in range(images)], output_type="latent")
+
+
+def mochi(*, steps: int = 3, dtype: str = "bfloat16") -> tuple[Any, dict]:
+    """MochiPipeline in ``dtype``: noise drawn in float32 and cast to the transformer's dtype; every scheduler step
+    taken in float32 on the latents cast up, its result cast back (a mixed-precision stepper)."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, MochiPipeline, MochiTransformer3DModel
+
+    torch.manual_seed(0)
+    transformer = MochiTransformer3DModel(patch_size=2, num_attention_heads=2, attention_head_dim=8, num_layers=1,
+                                          pooled_projection_dim=16, in_channels=4, text_embed_dim=16,
+                                          time_embed_dim=4, max_sequence_length=6).to(getattr(torch, dtype))
+    pipe = MochiPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=None, text_encoder=None, tokenizer=None,
+                         transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    cast = getattr(torch, dtype)
+    return pipe, dict(prompt_embeds=_embeds(1, 6, 16).to(cast), prompt_attention_mask=mask,
+                      negative_prompt_embeds=_embeds(1, 6, 16, seed=3).to(cast), negative_prompt_attention_mask=mask,
+                      height=32, width=32, num_frames=7, num_inference_steps=steps, guidance_scale=4.5,
+                      generator=_gen(7), output_type="latent")
