@@ -89,10 +89,8 @@ def notes_family(monkeypatch):
     """A 'notes' feature: a record kind under notes/ and a family whose data hooks read it."""
     monkeypatch.setitem(sys.modules, HOOKS, _module())
     family = Family("notes", **{h: f"{HOOKS}:{h}" for h in ("validate", "references", "stats", "describe", "diff")})
-    declared = (*features.features(), Feature("notes", kinds=(RecordKind("notes", "notes", ".jsonl", None),),
-                                              family=family))
-    monkeypatch.setattr(features, "features", lambda: declared)
-    return family
+    with features.registered(Feature("notes", kinds=(RecordKind("notes", "notes", ".jsonl", None),), family=family)):
+        yield family
 
 
 def _note(root, **note) -> None:
@@ -165,12 +163,13 @@ def test_a_dataset_without_a_familys_records_does_not_load_its_hooks(monkeypatch
     module that cannot even be imported is never touched without them."""
     from ikdata.core.features import hooks as family_hooks
 
+    from ikdata.core.errors import DefinitionError
+
     family = Family("absent", describe="ikdata_test_no_such_module:describe")
-    declared = (*features.features(), Feature("absent", kinds=(RecordKind("absent", "absent", ".jsonl", None),),
-                                              family=family))
-    monkeypatch.setattr(features, "features", lambda: declared)
-    root = make_ikdata_dataset(1)
-    assert all(h.__module__ != "ikdata_test_no_such_module" for h in family_hooks("describe", root))
-    (root / "absent").mkdir()
-    with pytest.raises(ModuleNotFoundError):
-        family_hooks("describe", root)
+    with features.registered(Feature("absent", kinds=(RecordKind("absent", "absent", ".jsonl", None),),
+                                     family=family)):
+        root = make_ikdata_dataset(1)
+        assert all(h.__module__ != "ikdata_test_no_such_module" for h in family_hooks("describe", root))
+        (root / "absent").mkdir()
+        with pytest.raises(DefinitionError, match="feature 'absent': family 'absent''s describe hook"):
+            family_hooks("describe", root)

@@ -60,13 +60,15 @@ def test_a_family_added_by_declaration_is_finished_and_regrouped_on_every_path(m
     module.finish = lambda run, shard=None, settings=None: calls.append(f"finish {shard}")
     module.regroup = lambda report: calls.append("regroup")
     monkeypatch.setitem(sys.modules, "ikdata_test_family", module)
+    from ikdata.core import features
+
     family = families.Family("test", finish="ikdata_test_family:finish", regroup="ikdata_test_family:regroup")
-    monkeypatch.setattr(families, "FAMILIES", (family, *families.FAMILIES))
     from ikdata.core.layout import init_dataset
 
     init_dataset(tmp_path / "ds")
-    reports = [replay(ikdata.open(tmp_path / "ds"), shard=f"{i}/2", reuse=False).report for i in (1, 2)]
-    combine(reports)
+    with features.registered(features.Feature("test", family=family)):
+        reports = [replay(ikdata.open(tmp_path / "ds"), shard=f"{i}/2", reuse=False).report for i in (1, 2)]
+        combine(reports)
     assert calls == ["finish 1/2", "finish 2/2", "regroup"]
 
 
@@ -103,8 +105,23 @@ def test_the_exception_tree_drawn_in_errors_is_every_exception_the_library_defin
 
 # --- the house drawn from the code: layers, the seam's strings as imports, names decided only by declarations ---
 
+def _feature_packages() -> dict[str, int]:
+    """The feature layer drawn from the registry: each registered feature's package (where its hooks point)."""
+    from ikdata.core import features
+
+    found = {}
+    for feature in features.features():
+        specs = [getattr(feature.family, f) for f in features.FAMILY_CALLS] if feature.family else []
+        specs += [getattr(s, f) for s in feature.sources for f in features.SOURCE_CALLS]
+        for spec in filter(None, specs):
+            parts = spec.partition(":")[0].split(".")
+            if parts[0] == "ikdata" and len(parts) > 1:
+                found[parts[1]] = 3
+    return found
+
+
 LAYERS = {"_version": 0, "core": 0, "judging": 1, "capture": 2, "replay": 2, "importing": 2, "remote": 2, "ops": 2,
-          "diffusion": 3, "sampling": 3, "flashinfer": 3, "engines": 3, "cli": 4, "__main__": 4, "_features": 5}
+          **_feature_packages(), "cli": 4, "__main__": 4, "_features": 5}
 LAYER_NAMES = ("core", "judging", "engines", "features", "cli", "top")
 MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
            for p in PACKAGE.rglob("*.py")}
@@ -112,6 +129,9 @@ MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removes
 
 def _layer(module: str) -> int:
     parts = module.split(".")
+    if len(parts) > 1 and parts[1] not in LAYERS:
+        raise AssertionError(f"{module}: its package is no layer and no registered feature's (a feature's hooks "
+                             "point into its package)")
     return 5 if len(parts) == 1 else LAYERS[parts[1]]
 
 

@@ -5,21 +5,28 @@ a feature. Each feature package (``ikdata.sampling``, ``ikdata.diffusion``, ``ik
 ``ikdata.engines``) declares what it brings in a small, torch-free ``feature`` module holding one
 :class:`Feature`; the top package hands their list in (``ikdata/_features.py``, through
 :func:`provide`), so nothing below it imports a feature, and a feature left out of that list is a
-feature no path knows, never one that some paths know.
+feature no path knows, never one that some paths know. Every feature enters through one door,
+:func:`register` (the top package's list on first read, a plugin, a test), and leaves through :func:`unregister`;
+every path reads the registry live, so nothing holds a copy that a later registration would not reach.
 
 Hooks are ``"module:function"`` strings inside the declaring package (so reading declarations loads
-no torch); :func:`resolve` turns one into the function.
+no torch); :func:`resolve` turns one into the function. Each hook field has one declared call
+(:data:`FAMILY_CALLS`, :data:`SOURCE_CALLS`): registering a feature checks the hook strings' form, and the first
+resolve of a hook checks the function's signature against its call, so a hook that cannot take its arguments is
+a :class:`~ikdata.core.errors.DefinitionError` naming the feature and the field, never a TypeError deep in a replay.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import inspect
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,9 @@ class RecordKind:
         schema: the schema in ``schemas/`` a record follows, or None where the file's own reader checks it.
         folder: ``top`` is a folder (searched recursively) rather than one file.
         imported: how an import's journal may write it: ``"append"`` (lines added), ``"create"`` (a new
-            file, never overwritten), or None (an import never writes it).
+            file, never overwritten; the default), or None (an import never writes it). A feature's kind is carried
+            by an import by default: file by file (``"create"``) unless its family declares a ``carried`` hook,
+            which a kind an import appends to (``"append"``) needs.
         pattern: a regular expression a dataset-relative path of this kind must match in full when an
             import writes it (model records are named by their digest), or None.
     """
@@ -43,7 +52,7 @@ class RecordKind:
     suffix: str
     schema: str | None
     folder: bool = True
-    imported: str | None = None
+    imported: str | None = "create"
     pattern: str | None = None
 
     def owns(self, relative: str) -> bool:
@@ -51,6 +60,33 @@ class RecordKind:
         if not self.folder:
             return relative == self.top
         return relative.startswith(self.top + "/") and relative.endswith(self.suffix)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option a family's replay settings read, declared with the family so the command line
+    builds it from the declaration (``ikdata replay --floor-k 3``) and no CLI module names it.
+
+    Attributes:
+        flag: the option as typed (``"--floor-k"``); its parameter is the flag without dashes, ``-`` as ``_``.
+        help: what it does (the CLI shows it under the family's name).
+        type: ``str``, ``int``, ``float`` or ``bool`` (a flag).
+        default: the value when it is not given (None: the family's own default).
+        multiple: the option may repeat (a list of ``type``).
+        metavar: how the help shows its value, or None.
+    """
+
+    flag: str
+    help: str
+    type: type = str
+    default: Any = None
+    multiple: bool = False
+    metavar: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The parameter name the family's ``settings`` hook reads it under (``floor_k``)."""
+        return self.flag.lstrip("-").replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -78,7 +114,10 @@ class Family:
             only, never running the definition's reference, so re-judging them needs no trust in it.
         recheck: ``f(case, report, definition)``: an import's re-check of one :class:`ikdata.core.cases.Case`
             of a :class:`~ikdata.core.cases.Report` (or None): the reasons it does not hold, or None when the
-            case is not the family's (:mod:`ikdata.core.verdicts`).
+            case is not the family's (:mod:`ikdata.core.verdicts`). Without one, import re-checks the family's cases
+            output by output, which needs the case's ``input_digests`` and ``expected_digests``: an ``execute``
+            that leaves them out gets every case of its family refused by import (``replay.api.load_all`` gives
+            both).
         validate: ``f(ds, workload_uuids)``: validate's check of the family's own records (trajectories, model
             records): an object with ``problems``, ``uses`` (blob uses to check) and ``counted``.
         references: ``f(root) -> (paths, problems)``: the blobs the family's records name (gc keeps them, pull
@@ -89,7 +128,8 @@ class Family:
         diff: ``f(left, right)``: an object with ``is_empty``, ``to_dict()`` and ``lines()``.
         stats: ``f(root)``: an object with ``counted``, ``lines()`` and ``since(earlier)`` (capture's summary).
         describe: ``f(ds, key)``: None, or an object with ``document`` and ``show(out)`` for ``ikdata show``.
-        settings: ``f(options)``: the family's replay settings from the command line's options (a mapping).
+        settings: ``f(options)``: the family's replay settings from the command line's options (a mapping by
+            :attr:`Option.name`; the command line offers every option in ``options``).
         summary: ``f(report: Report)``: the family's part of replay's end summary: lines and
             :class:`ikdata.judging.summary_table.SummaryTable` blocks.
         figures: ``f(report, cases, checks)``: the family's section of the report page (or None), offered the
@@ -97,6 +137,7 @@ class Family:
             elsewhere is hostile input: every value is checked where it is drawn).
         judges: the judge names a definition's tolerance may give (``"judge": "sampling"``) whose verdicts this
             family decides over groups of workloads rather than one output at a time.
+        options: the :class:`Option` s ``ikdata replay`` offers for the family's ``settings``.
     """
 
     name: str
@@ -120,10 +161,18 @@ class Family:
     summary: str | None = None
     figures: str | None = None
     judges: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
 
     def hook(self, name: str) -> Callable[..., Any] | None:
-        """The family's function ``name`` (a field above), or None when it declares none."""
-        return resolve(getattr(self, name))
+        """The family's function ``name`` (a field above), or None when it declares none; its signature is checked
+        against :data:`FAMILY_CALLS` on first use.
+
+        Raises:
+            DefinitionError: the function cannot take the call every path makes (names the family and field).
+        """
+        if name not in FAMILY_CALLS:
+            raise AttributeError(f"a family has no hook {name!r}; its hooks: {', '.join(FAMILY_CALLS)}")
+        return _checked(getattr(self, name), f"family {self.name!r}", name, FAMILY_CALLS[name])
 
 
 @dataclass(frozen=True)
@@ -161,6 +210,13 @@ class Source:
     recognises: str | None = None
     models: tuple[str, ...] = ()
 
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The source's function ``name`` (importer, trusts, recognises), or None; checked like
+        :meth:`Family.hook` against :data:`SOURCE_CALLS`."""
+        if name not in SOURCE_CALLS or name == "hooks":
+            raise AttributeError(f"a source has no function hook {name!r}; its hooks: importer, trusts, recognises")
+        return _checked(getattr(self, name), f"source {self.name!r}", name, SOURCE_CALLS[name])
+
     def loaded(self) -> bool:
         """Whether the source's module is imported in this process."""
         return self.module in sys.modules
@@ -192,22 +248,186 @@ class Feature:
     sources: tuple[Source, ...] = ()
 
 
-_provider: Callable[[], Iterable[Feature]] | None = None
+# The call every path makes of each hook: (positional arguments, keyword arguments).
+FAMILY_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "finish": (("run",), ("shard", "settings")), "regroup": (("report",), ()), "owns": (("definition",), ()),
+    "settle": (("run", "row", "case"), ()), "execute": (("run", "row", "pending"), ()), "blobs": (("ds",), ()),
+    "vouches": (("definition",), ()), "recheck": (("case", "report", "definition"), ()),
+    "validate": (("ds", "workload_uuids"), ()), "references": (("root",), ()),
+    "carried": (("src", "dst", "admitted", "carried"), ()), "lineage": (("root",), ()),
+    "diff": (("left", "right"), ()), "stats": (("root",), ()), "describe": (("ds", "key"), ()),
+    "settings": (("options",), ()), "summary": (("report",), ()), "figures": (("report", "cases", "checks"), ()),
+}
+SOURCE_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "importer": (("src", "definitions"), ()), "trusts": (("definitions",), ()), "recognises": (("root",), ()),
+    "hooks": (("capturer",), ()),  # the module's install(capturer)
+}
 
 
-def provide(provider: Callable[[], Iterable[Feature]]) -> None:
-    """Hand in the features, in declaration order (the top package does, once, before anything reads them)."""
-    global _provider
-    _provider = provider
-    features.cache_clear()
+def _definition_error(message: str):
+    from ikdata.core.errors import DefinitionError
+
+    return DefinitionError(message)
+
+
+def _checked(spec: str | None, owner: str, field: str, call: tuple[tuple[str, ...], tuple[str, ...]]
+             ) -> Callable[..., Any] | None:
+    """The function ``spec`` names, once its signature takes ``call``; None for None."""
+    if spec is None:
+        return None
+    try:
+        function = resolve(spec)
+    except (ImportError, AttributeError) as exc:
+        raise _definition_error(f"{_feature_of(owner)}{owner}'s {field} hook {spec!r} cannot be loaded: {exc}") \
+            from None
+    _check_signature(function, spec, owner, field, call)
+    return function
 
 
 @functools.cache
+def _check_signature(function: Callable[..., Any], spec: str, owner: str, field: str,
+                     call: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+    """Once per function: refuse a hook whose signature cannot bind the declared call."""
+    positional, keywords = call
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: nothing to check
+    try:
+        signature.bind(*positional, **{k: None for k in keywords})
+    except TypeError as exc:
+        wanted = ", ".join([*positional, *(f"{k}=..." for k in keywords)])
+        raise _definition_error(f"{_feature_of(owner)}{owner}'s {field} hook {spec} takes {signature}, but every "
+                                f"path calls it as {field}({wanted}): {exc}") from None
+
+
+def _feature_of(owner: str) -> str:
+    """``feature 'x': `` for the feature that declares a family or source called as ``owner`` says, or ''."""
+    kind, _, name = owner.partition(" ")
+    for feature in features():
+        mine = (feature.family,) if kind == "family" else feature.sources
+        if any(part is not None and repr(part.name) == name for part in mine):
+            return f"feature {feature.name!r}: "
+    return ""
+
+
+_provider: Callable[[], Iterable[Feature]] | None = None
+_registry: list[Feature] | None = None  # None until first read: then the provider's features, then the registered
+
+
+def provide(provider: Callable[[], Iterable[Feature]]) -> None:
+    """Hand in the feature packages, in declaration order (the top package does, once, before anything reads them):
+    on first read each is registered through :func:`register`, before any other registration."""
+    global _provider, _registry
+    _provider, _registry = provider, None
+
+
+def _features_now() -> list[Feature]:
+    global _registry
+    if _registry is None:
+        if _provider is None:
+            raise RuntimeError("no features were provided: import ikdata, whose __init__ provides them")
+        _registry = []
+        for feature in _provider():
+            _add(feature)
+    return _registry
+
+
+def register(feature: Feature) -> Feature:
+    """Add a feature to the registry (after those registered before it): every path knows it from now on.
+
+    The one door for the feature packages (``ikdata/_features.py``), a plugin and a test. Its declaration is
+    checked here: each hook a ``"module:function"`` string, no name, family, source or record kind's place
+    another feature holds, and every kind carried by an import (a kind an import appends to needs its family's
+    ``carried`` hook). A hook's signature is checked when it is first resolved (:meth:`Family.hook`).
+
+    Raises:
+        DefinitionError: the declaration is refused, naming the feature and the field.
+    """
+    _features_now()
+    _add(feature)
+    return feature
+
+
+def unregister(feature: Feature | str) -> None:
+    """Take a feature (or the feature called so) out of the registry: no path knows it from now on."""
+    name = feature if isinstance(feature, str) else feature.name
+    held = _features_now()
+    held[:] = [f for f in held if f.name != name]
+    resolve.cache_clear()  # a later feature may name the same "module:function" anew
+
+
+@contextlib.contextmanager
+def registered(feature: Feature) -> Iterator[Feature]:
+    """The feature registered for the ``with`` block, unregistered after it (a scoped plugin, a test)."""
+    register(feature)
+    try:
+        yield feature
+    finally:
+        unregister(feature)
+
+
+def _add(feature: Feature) -> None:
+    held = _registry
+    assert held is not None
+    for problem in _declaration_problems(feature, held):
+        raise _definition_error(f"feature {feature.name!r}: {problem}")
+    held.append(feature)
+    resolve.cache_clear()
+
+
+def _declaration_problems(feature: Feature, held: list[Feature]) -> list[str]:
+    """What is wrong with a declaration beside the features already registered."""
+    found = []
+    if any(f.name == feature.name for f in held):
+        found.append("a feature of that name is registered already")
+    hooks_of: list[tuple[str, str | None]] = []
+    if feature.family is not None:
+        family = feature.family
+        if any(f.family is not None and f.family.name == family.name for f in held) or family.name == "operators":
+            found.append(f"family {family.name!r}: a family of that name is registered already")
+        hooks_of += [(f"family {family.name!r}'s {name}", getattr(family, name)) for name in FAMILY_CALLS]
+        names = [o.name for o in family.options]
+        for option in family.options:
+            if not option.flag.startswith("--") or not option.name.isidentifier():
+                found.append(f"family {family.name!r}'s option {option.flag!r}: expected --word-word")
+            if option.type not in (str, int, float, bool):
+                found.append(f"family {family.name!r}'s option {option.flag}: type {option.type!r} is not str, int, "
+                             "float or bool")
+        if len(set(names)) != len(names):
+            found.append(f"family {family.name!r}: an option is declared twice")
+        taken = {o.name for f in held if f.family is not None for o in f.family.options}
+        found += [f"family {family.name!r}'s option --{n.replace('_', '-')}: another family declares it"
+                  for n in names if n in taken]
+    for source in feature.sources:
+        if any(s.name == source.name for f in held for s in f.sources):
+            found.append(f"source {source.name!r}: a source of that name is registered already")
+        hooks_of += [(f"source {source.name!r}'s {name}", getattr(source, name)) for name in SOURCE_CALLS]
+    for where, spec in hooks_of:
+        if spec is not None and not _is_hook_string(spec, module_only=where.endswith("'s hooks")):
+            found.append(f"{where} is {spec!r}; expected " + ("a module name" if where.endswith("'s hooks")
+                                                               else "'module:function'"))
+    tops = {k.top.split("/")[0] for f in held for k in f.kinds}
+    for kind in feature.kinds:
+        if kind.top.split("/")[0] in tops:
+            found.append(f"record kind {kind.name!r}: {kind.top} is another feature's")
+        if kind.imported == "append" and (feature.family is None or feature.family.carried is None):
+            found.append(f"record kind {kind.name!r}: an import appends to it (imported='append'), so its family "
+                         "needs a carried hook saying which records ride along; or declare imported='create'")
+    return found
+
+
+def _is_hook_string(spec: Any, *, module_only: bool) -> bool:
+    if not isinstance(spec, str):
+        return False
+    module, sep, function = spec.partition(":")
+    parts_ok = all(p.isidentifier() for p in module.split("."))
+    return parts_ok and (not sep if module_only else bool(sep) and function.isidentifier())
+
+
 def features() -> tuple[Feature, ...]:
-    """Every declared feature, in declaration order."""
-    if _provider is None:
-        raise RuntimeError("no features were provided: import ikdata, whose __init__ provides them")
-    return tuple(_provider())
+    """Every registered feature, in registration order (the feature packages first, in declaration order)."""
+    return tuple(_features_now())
 
 
 def kinds() -> tuple[RecordKind, ...]:
@@ -218,6 +438,11 @@ def kinds() -> tuple[RecordKind, ...]:
 def families() -> tuple[Family, ...]:
     """The judge families the features declare, in declaration order (operators are not among them)."""
     return tuple(f.family for f in features() if f.family is not None)
+
+
+def options() -> tuple[tuple[Family, Option], ...]:
+    """Every family's declared command-line options with their family, in declaration order."""
+    return tuple((family, option) for family in families() for option in family.options)
 
 
 def sources() -> tuple[Source, ...]:
@@ -263,5 +488,6 @@ def resolve(spec: str | None) -> Callable[..., Any] | None:
     return getattr(importlib.import_module(module), function)
 
 
-__all__ = ["Family", "Feature", "RecordKind", "Source", "families", "features", "held_families", "hooks", "kinds", "loaded_engine", "provide",
-           "resolve", "source", "sources"]
+__all__ = ["FAMILY_CALLS", "Family", "Feature", "Option", "RecordKind", "SOURCE_CALLS", "Source", "families",
+           "features", "held_families", "hooks", "kinds", "loaded_engine", "options", "provide", "register", "registered", "resolve",
+           "source", "sources", "unregister"]

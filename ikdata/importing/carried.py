@@ -2,10 +2,11 @@
 
 Each family with records of its own (diffusion: trajectories and the model records they name) says
 which of them ride along with the workloads an import admits, through its declared ``carried`` hook
-(:class:`ikdata.core.features.Family`), and adds them to one :class:`Carried`. A record kind that no
-family carries and no other record names (``imported="create"`` without a naming ``pattern``) is carried
-file by file whenever the import admits anything: each file of SRC that DST lacks, schema-checked; one DST
-holds with other content is a conflict, never an overwrite. A new kind of either sort needs no code here.
+(:class:`ikdata.core.features.Family`), and adds them to one :class:`Carried`. Every other kind a feature
+declares is carried by default, as is a core kind no other record names (``imported="create"`` without a
+naming ``pattern``): file by file whenever the import admits anything, each file of SRC that DST lacks,
+schema-checked; one DST holds with other content is a conflict, never an overwrite. A new kind of either sort
+needs no code here, and a declared kind never silently stays behind.
 
 Capture's census is a record of one run (``census/<run>.jsonl``): it rides only with the workloads of that
 run, as their receipts name it (``capture_run``), so a census from SRC never speaks for DST's own workloads.
@@ -84,12 +85,15 @@ def runs_of(src: Path, admitted: set[str], carried: Carried) -> set[str]:
 
 
 def carried_whole() -> tuple[RecordKind, ...]:
-    """The record kinds an import carries file by file: created by import (``imported="create"``), named by no
-    other record (no ``pattern``), no family's own (a family carries those) and not definitions (the rows
-    that name them bring them)."""
-    owned = set(features.kinds())
-    return tuple(k for k in KINDS if k.imported == "create" and k.pattern is None and k.folder
-                 and k not in owned and k.schema != "definition")
+    """The record kinds an import carries file by file: every kind a feature declares whose family has no
+    ``carried`` hook (the default: the hook's family says which of its records ride along instead), and core's
+    kinds created by import (``imported="create"``) that no other record names (no ``pattern``) and that are not
+    definitions (the rows that name them bring them)."""
+    declared = set(features.kinds())
+    hooked = {k for f in features.features() if f.family is not None and f.family.carried is not None
+              for k in f.kinds}
+    return tuple(k for k in KINDS if k.imported == "create" and k.folder and k not in hooked
+                 and (k in declared or (k.pattern is None and k.schema != "definition")))
 
 
 def _carry_files(src: Path, dst: Path, kind: RecordKind, carried: Carried, *, runs: set[str] | None = None) -> None:

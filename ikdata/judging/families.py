@@ -9,6 +9,9 @@ family left out is a family the report never decides, and that shows as ``skippe
 pass. The replay command asks every family for its settings (:func:`settings_from`) and its part of the end
 summary (:func:`summaries`); a report lists the group verdicts of the families that decide over groups
 (:func:`grouped`). A family names its functions by module path, so this module loads no torch and no feature.
+
+The families are read from the registry (:mod:`ikdata.core.features`) each time, never copied: a family
+registered after this module was imported is on every path (``FAMILIES`` is computed on each read too).
 """
 
 from __future__ import annotations
@@ -20,14 +23,24 @@ from ikdata.core.features import Family
 from ikdata.core.cases import Report
 
 
-FAMILIES: tuple[Family, ...] = (*features.families(), Family("operators"))  # operators: judged case by case
-OPERATORS = FAMILIES[-1]
+OPERATORS = Family("operators")  # judged case by case: the last family, taking what no declared family owns
+
+
+def every() -> tuple[Family, ...]:
+    """Every registered family in declaration order, then operators."""
+    return (*features.families(), OPERATORS)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAMILIES":  # read live, so no holder of the name keeps a registry of its own
+        return every()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def owner(definition: Any) -> Family:
     """The family that judges a definition's workloads (operators when no other claims it)."""
     if definition is not None:
-        for family in FAMILIES:
+        for family in every():
             owns = family.hook("owns")
             if owns is not None and owns(definition):
                 return family
@@ -36,7 +49,7 @@ def owner(definition: Any) -> Family:
 
 def vouched(definition: Any) -> bool:
     """Whether a family judges ``definition``'s workloads with its own code only (:attr:`Family.vouches`)."""
-    for family in FAMILIES:
+    for family in every():
         vouches = family.hook("vouches")
         if vouches is not None and vouches(definition):
             return True
@@ -46,7 +59,7 @@ def vouched(definition: Any) -> bool:
 def finish_all(run: Any, *, shard: Any = None, narrowed: bool = False,
                settings: Mapping[str, Any] | None = None) -> None:
     """Let every family decide what it judges over many cases, in declaration order."""
-    for family in FAMILIES:
+    for family in every():
         finish = family.hook("finish")
         if finish is None or (narrowed and family.needs_whole_run):
             continue
@@ -56,7 +69,7 @@ def finish_all(run: Any, *, shard: Any = None, narrowed: bool = False,
 def finish_blobs(ds: Any) -> list[str]:
     """Every blob the families' ``finish`` will load from ``ds``."""
     paths: set[str] = set()
-    for family in FAMILIES:
+    for family in every():
         blobs = family.hook("blobs")
         if blobs is not None:
             paths |= set(blobs(ds))
@@ -66,7 +79,7 @@ def finish_blobs(ds: Any) -> list[str]:
 def grouped() -> tuple[Family, ...]:
     """The families that decide verdicts over groups of cases (:attr:`Family.judges`): a report lists each
     one's group verdicts under the family's name."""
-    return tuple(family for family in FAMILIES if family.judges)
+    return tuple(family for family in every() if family.judges)
 
 
 def settings_from(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,7 +89,7 @@ def settings_from(options: Mapping[str, Any]) -> dict[str, Any]:
         UsageError: an option a family refuses (an unknown attention name, a negative bound).
     """
     found = {}
-    for family in FAMILIES:
+    for family in every():
         make = family.hook("settings")
         if make is not None:
             found[family.name] = make(options)
@@ -88,7 +101,7 @@ def summaries(report: Report) -> list[Any]:
     :class:`ikdata.judging.summary_table.SummaryTable` blocks, each from the family's ``summary`` hook handed
     the :class:`~ikdata.core.cases.Report`."""
     found: list[Any] = []
-    for family in FAMILIES:
+    for family in every():
         summary = family.hook("summary")
         if summary is not None:
             found += summary(report)
@@ -98,12 +111,12 @@ def summaries(report: Report) -> list[Any]:
 def regroup_all(report: Report) -> Report:
     """Decide every family's groups again over the combined cases of shards: the report each family's
     ``regroup`` hook gives back, in declaration order (a hook that gives None changed nothing)."""
-    for family in FAMILIES:
+    for family in every():
         regroup = family.hook("regroup")
         if regroup is not None:
             report = regroup(report) or report
     return report
 
 
-__all__ = ["FAMILIES", "Family", "OPERATORS", "finish_all", "finish_blobs", "grouped", "owner", "regroup_all",
+__all__ = ["FAMILIES", "Family", "OPERATORS", "every", "finish_all", "finish_blobs", "grouped", "owner", "regroup_all",
            "settings_from", "summaries", "vouched"]

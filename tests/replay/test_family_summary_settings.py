@@ -29,10 +29,8 @@ def test_family(monkeypatch):
     monkeypatch.setitem(sys.modules, "ikdata_summary_family", module)
     family = families.Family("testfamily", settings="ikdata_summary_family:settings",
                              finish="ikdata_summary_family:finish", summary="ikdata_summary_family:summary")
-    monkeypatch.setattr(families, "FAMILIES", (family, *families.FAMILIES))
-    features.resolve.cache_clear()  # hooks resolve once per name: this test's module, not an earlier one's
-    yield seen
-    features.resolve.cache_clear()
+    with features.registered(features.Feature("testfamily", family=family)):
+        yield seen
 
 
 def test_the_command_makes_each_familys_settings_and_prints_its_summary(build, test_family):

@@ -18,11 +18,8 @@ def declared(monkeypatch):
                                                         else None)  # handed the typed Case
     monkeypatch.setitem(sys.modules, "ikdata_recheck_family", module)
     family = features.Family("mine", recheck="ikdata_recheck_family:recheck")
-    everything = features.families()
-    monkeypatch.setattr(features, "families", lambda: (family, *everything))
-    features.resolve.cache_clear()
-    yield
-    features.resolve.cache_clear()
+    with features.registered(features.Feature("mine", family=family)):
+        yield
 
 
 def test_a_familys_case_is_rechecked_by_its_declared_hook(declared):

@@ -39,10 +39,8 @@ def regrouping(monkeypatch):
     module.regroup = regroup
     monkeypatch.setitem(sys.modules, "ikdata_typed_regroup_family", module)
     family = families.Family("typedregroup", regroup="ikdata_typed_regroup_family:regroup")
-    monkeypatch.setattr(families, "FAMILIES", (family, *families.FAMILIES))
-    features.resolve.cache_clear()
-    yield seen
-    features.resolve.cache_clear()
+    with features.registered(features.Feature("typedregroup", family=family)):
+        yield seen
 
 
 def test_a_regroup_hook_gets_the_joined_report_and_its_answer_is_the_combined_report(regrouping):

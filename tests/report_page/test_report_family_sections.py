@@ -23,16 +23,22 @@ def _report() -> dict:
     return {"format": "ikdata-replay-report", "device": "cpu", "cases": cases}
 
 
-def _declare(monkeypatch, name: str, figures) -> None:
-    """Declare a family whose figures hook is ``figures`` (a module of its own: hooks are resolved once)."""
-    module = types.ModuleType(name)
-    module.figures = figures
-    monkeypatch.setitem(sys.modules, name, module)
-    family = families.Family("weird", figures=f"{name}:figures")
-    monkeypatch.setattr(families, "FAMILIES", (family, *families.FAMILIES))
+@pytest.fixture
+def declare(monkeypatch):
+    """Declare a family whose figures hook is ``figures``, registered for the test alone."""
+    from ikdata.core import features
+
+    def declared(name: str, figures) -> None:
+        module = types.ModuleType(name)
+        module.figures = figures
+        monkeypatch.setitem(sys.modules, name, module)
+        features.register(features.Feature("weird", family=families.Family("weird", figures=f"{name}:figures")))
+
+    yield declared
+    features.unregister("weird")
 
 
-def test_a_declared_family_draws_its_section_and_its_cases_leave_the_operators(monkeypatch):
+def test_a_declared_family_draws_its_section_and_its_cases_leave_the_operators(declare):
     seen = []
 
     def figures(report, cases, checks):
@@ -42,7 +48,7 @@ def test_a_declared_family_draws_its_section_and_its_cases_leave_the_operators(m
         section.cases.update((n, CaseView("WEIRD", "weirdness 9", "weird")) for n, _ in mine)
         return section
 
-    _declare(monkeypatch, "ikdata_test_figures_drawn", figures)
+    declare("ikdata_test_figures_drawn", figures)
     page, problems = draw(_report())
     assert problems == [] and seen == [[0, 1]]
     assert "<section id='weird'><h2>Weird &lt;ops&gt;</h2></section>" in page
@@ -52,8 +58,8 @@ def test_a_declared_family_draws_its_section_and_its_cases_leave_the_operators(m
     assert "gemm" in operators and "weird_op" not in operators.split("</section>")[0]
 
 
-def test_a_family_that_draws_nothing_leaves_every_case_to_the_operators(monkeypatch):
-    _declare(monkeypatch, "ikdata_test_figures_none", lambda report, cases, checks: None)
+def test_a_family_that_draws_nothing_leaves_every_case_to_the_operators(declare):
+    declare("ikdata_test_figures_none", lambda report, cases, checks: None)
     page, _ = draw(_report())
     failing = page[page.index("<h2 id='failing'>"):page.index("</table>", page.index("<h2 id='failing'>"))]
     assert "<td>weird_op</td>" in failing and "max_error_ratio 9 (out); odd" in failing
