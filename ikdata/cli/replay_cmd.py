@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -71,7 +73,44 @@ class _RayOptional(typer.core.TyperCommand):
         return super().parse_args(ctx, fixed)
 
 
+def _family_parameters() -> list[inspect.Parameter]:
+    """Every registered family's declared options (:attr:`ikdata.core.features.Family.options`) as the command's
+    parameters, each shown under its family's name (``Diffusion: ...``)."""
+    from ikdata.core import features
+
+    found = []
+    for family, option in features.options():
+        kind: Any = list[option.type] if option.multiple else option.type
+        if option.default is None and option.type is not bool:
+            kind = Optional[kind]
+        words = f"{family.name.capitalize()}: {option.help[:1].lower()}{option.help[1:]}"
+        info = typer.Option(option.flag, metavar=option.metavar, help=words)
+        found.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, info],
+                                       default=option.default))
+    return found
+
+
+class _WithFamilyOptions:
+    """A command function whose signature gains every registered family's options, read from the registry each
+    time typer builds the command (so a family registered later, or left out, is offered, or not, at once).
+    The function takes them as ``**family_options``, by :attr:`ikdata.core.features.Option.name`."""
+
+    def __init__(self, function: Any) -> None:
+        functools.update_wrapper(self, function)
+        self._function = function
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        own = inspect.signature(self._function, eval_str=True)
+        kept = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        return own.replace(parameters=[*kept, *_family_parameters()])
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function(*args, **kwargs)
+
+
 @app.command("replay", epilog=REPLAY_EXAMPLES, cls=_RayOptional)
+@_WithFamilyOptions
 def replay_command(
         path: DatasetOrUrlArg,
         device: Annotated[str, typer.Option(help="Where references run: cpu, cuda, cuda:N.")] = "cpu",
@@ -93,26 +132,9 @@ def replay_command(
             "'auto' joins a running one, HOST:PORT a given one. Needed to replay a URL (s3://, hf://) without "
             "pulling it.")] = None,
         endpoint_url: EndpointOpt = None, profile: ProfileOpt = None,
-        pipeline: Annotated[Optional[str], typer.Option(
-            "--pipeline", metavar="FILE.py:FUNCTION", help="Diffusion: the reference pipeline's builder (your code, "
-            "run because you name it); decodes the final latents for the decode check.")] = None,
-        clip: Annotated[Optional[list[str]], typer.Option(
-            "--clip", metavar="[TRAJECTORY=]FILE", help="Diffusion: the engine's clip to decode with PyAV "
-            "(repeatable; prefix a trajectory id to name whose).")] = None,
-        attention: Annotated[str, typer.Option(
-            "--attention", help="Diffusion: the reference's attention (sdpa, math, eager).")] = "sdpa",
-        floor_attention: Annotated[str, typer.Option(
-            "--floor-attention", help="Diffusion: the other exact attention the floor is measured with "
-            "(sdpa-reversed, math, eager, sdpa; 'none': the dtype's rounding alone).")] = "sdpa-reversed",
-        floor_k: Annotated[Optional[float], typer.Option(
-            "--floor-k", help="Diffusion: a step passes when e <= k*f + eps + one rounding (default 2).")] = None,
-        floor_eps: Annotated[Optional[float], typer.Option(
-            "--floor-eps", help="Diffusion: the eps of e <= k*f + eps + one rounding (default 0).")] = None,
-        seed: Annotated[Optional[int], typer.Option(
-            "--seed", help="Diffusion: the seed the reference expects the initial noise from (default: the "
-            "trajectory's).")] = None,
         strict: Annotated[bool, typer.Option(
             "--strict", help="Exit 1 also when a statistical verdict is not judged (too few draws).")] = False,
+        **family_options: Any,
 ) -> None:
     """Rerun each trusted reference on the captured inputs and judge it against the captured outputs.
 
@@ -137,8 +159,7 @@ def replay_command(
         _endpoint_environment(path, endpoint_url, profile)
     from ikdata.judging.families import settings_from
 
-    settings = settings_from(dict(pipeline=pipeline, clip=clip, attention=attention, floor_attention=floor_attention,
-                                  floor_k=floor_k, floor_eps=floor_eps, seed=seed))  # each family's, by its name
+    settings = settings_from(family_options)  # each family's from its declared options, by the family's name
     cluster = None
     if ray is not None:
         from ikdata.replay.distributed import replay_on_ray
