@@ -149,7 +149,7 @@ def _record(cap: Any, template: Any, fi_api: str, arguments: dict, before: dict,
     key = next((r.key for r in loader.templates() if r.template is template), None)
     results = list(result) if isinstance(result, tuple) else [result]
     if result is None or all(r is None for r in results):  # an in-place API: its outputs are the written inputs
-        results = [arguments.get(d.param) for d in template.outputs.values()]
+        results = [arguments.get(d.param or name) for name, d in template.outputs.items()]  # or named as it
     inputs_now = {**arguments, **before}
     try:
         module, _, function = fi_api.rpartition(".")

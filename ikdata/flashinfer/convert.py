@@ -161,7 +161,7 @@ def convert(fi: Mapping[str, Any], *, absent: Sequence[str] = (), template_key: 
                 record.pop("constraints")
     record["reference"] = _with_run(reference, entry, list(kept), list(absent), entry_params, passed_as,
                                     [s.get("dtype") for s in out_specs.values()], _defaulted(tree, entry), scratch,
-                                    tuple_items)
+                                    tuple_items, _written_inputs(tree, entry, list(outputs), kept))
     tags = list(fi.get("tags") or [])
     if template_key:
         tags.append(f"{SOURCE_TAG}={template_key}")
@@ -240,6 +240,20 @@ def _ikdata_as_declared(returned, dtypes):
 """
 
 
+def _written_inputs(tree: ast.Module, entry: str, outputs: Sequence[str], kept: Mapping[str, Any]) -> list[str]:
+    """The inputs a reference writes its outputs into, in output order, when it returns nothing (a reference of an
+    in-place API, ``fused_topk_deepseek``'s writing ``topk_values`` and ``topk_indices``); [] when it returns a
+    value or an output is not one of its inputs."""
+    node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry)
+    if any(isinstance(n, ast.Return) and n.value is not None and not _is_none(n.value) for n in ast.walk(node)):
+        return []
+    return list(outputs) if outputs and all(o in kept for o in outputs) else []
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def _defaulted(tree: ast.Module, entry: str) -> set[str]:
     """The entry's parameters that have a default (an absent input is left to it)."""
     node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry)
@@ -252,10 +266,11 @@ def _defaulted(tree: ast.Module, entry: str) -> set[str]:
 def _with_run(reference: str, entry: str, inputs: list[str], absent: list[str],
               params: tuple[list[str], set[str] | None] | None, passed_as: Mapping[str, str] | None = None,
               dtypes: Sequence[Any] = (), defaulted: set[str] | frozenset = frozenset(),
-              scratch: Sequence[str] = (), tuple_items: Mapping[str, Mapping[int, str]] | None = None) -> str:
+              scratch: Sequence[str] = (), tuple_items: Mapping[str, Mapping[int, str]] | None = None,
+              written: Sequence[str] = ()) -> str:
     passed_as = passed_as or {}
     tuple_items = tuple_items or {}
-    if entry == "run" and not absent and not passed_as and not scratch:
+    if entry == "run" and not absent and not passed_as and not scratch and not written:
         return reference
     required, accepted = params if params else ([], None)
     in_tuples = {n for items in tuple_items.values() for n in items.values()}
@@ -269,6 +284,9 @@ def _with_run(reference: str, entry: str, inputs: list[str], absent: list[str],
     completed = COMPLETED_OUTPUTS.get(entry)
     if completed is not None and len(dtypes) == 2:
         call = f"({call}, {completed})"
+    if written:  # a reference that writes its outputs into its inputs and returns nothing: run returns them
+        items = written[0] if len(written) == 1 else f"({', '.join(written)})"
+        call = f"({call}, {items})[1]"
     body = f"def run({', '.join(inputs)}):\n    return _ikdata_as_declared({call}, {tuple(dtypes)!r})\n"
     if entry == "run":  # the original run stays reachable under another name
         reference = reference.replace("def run(", "def _run_with_all_inputs(", 1)
