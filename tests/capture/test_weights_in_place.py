@@ -111,7 +111,9 @@ def _verdicts(root) -> dict[int, list[dict]]:
 def test_in_place_weight_changes_never_give_a_false_failed(tmp_path, features):
     script = write_script(tmp_path, "program.py", PROGRAM)
     into = tmp_path / "ds"
-    done = CliRunner().invoke(app, ["capture", "--into", str(into), "--", sys.executable, str(script), str(features)])
+    # every step (--per-step): each case's three module calls are steps, and each is to be judged (issue 44)
+    done = CliRunner().invoke(app, ["capture", "--into", str(into), "--per-step", "--", sys.executable, str(script),
+                                    str(features)])
     assert done.exit_code == 0, done.output
     by_case = _verdicts(into)
     assert sorted(by_case) == [features + k for k in CASES]

@@ -63,7 +63,8 @@ def tp_dataset(tmp_path_factory) -> Path:
     script = folder / "tp.py"
     script.write_text(textwrap.dedent(PROGRAM))
     ds = folder / "ds"
-    result = _ikdata("capture", "--into", str(ds), "--only", "gemm", "--", sys.executable, str(script),
+    # --per-step: both steps of each rank are kept, not once per run (issue 44's default)
+    result = _ikdata("capture", "--into", str(ds), "--only", "gemm", "--per-step", "--", sys.executable, str(script),
                      str(_free_port()))
     assert result.returncode == 0, result.stdout + result.stderr
     return ds
