@@ -117,7 +117,9 @@ class Family:
             case is not the family's (:mod:`ikdata.core.verdicts`). Without one, import re-checks the family's cases
             output by output, which needs the case's ``input_digests`` and ``expected_digests``: an ``execute``
             that leaves them out gets every case of its family refused by import (``replay.api.load_all`` gives
-            both).
+            both). An output the family judges its own way names it in the case's tolerance
+            (``{"C": {"judge": "toyk", ...}}``), so import does not cross-check its metrics as a closeness
+            verdict's (``max_abs_error`` against the blobs).
         validate: ``f(ds, workload_uuids)``: validate's check of the family's own records (trajectories, model
             records): an object with ``problems``, ``uses`` (blob uses to check) and ``counted``.
         references: ``f(root) -> (paths, problems)``: the blobs the family's records name (gc keeps them, pull
