@@ -211,3 +211,20 @@ def mochi(*, steps: int = 3, dtype: str = "bfloat16") -> tuple[Any, dict]:
                       negative_prompt_embeds=_embeds(1, 6, 16, seed=3).to(cast), negative_prompt_attention_mask=mask,
                       height=32, width=32, num_frames=7, num_inference_steps=steps, guidance_scale=4.5,
                       generator=_gen(7), output_type="latent")
+
+
+def kandinsky3(*, steps: int = STEPS) -> tuple[Any, dict]:
+    """Kandinsky3Pipeline (DDPM): a CFG batch guided as ``(g + 1) * cond - g * uncond``."""
+    import torch
+    from diffusers import DDPMScheduler, Kandinsky3Pipeline, Kandinsky3UNet
+
+    torch.manual_seed(0)
+    unet = Kandinsky3UNet(in_channels=4, time_embedding_dim=4, groups=2, attention_head_dim=4, layers_per_block=3,
+                          block_out_channels=(32, 64), cross_attention_dim=4, encoder_hid_dim=32)
+    pipe = Kandinsky3Pipeline(tokenizer=None, text_encoder=None, unet=unet, movq=None,
+                              scheduler=DDPMScheduler(num_train_timesteps=100, steps_offset=1))
+    pipe.set_progress_bar_config(disable=True)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    return pipe, dict(prompt_embeds=_embeds(1, 6, 32), negative_prompt_embeds=_embeds(1, 6, 32, seed=3),
+                      attention_mask=mask, negative_attention_mask=mask, height=64, width=64,
+                      num_inference_steps=steps, guidance_scale=3.0, generator=_gen(17), output_type="latent")

@@ -81,3 +81,13 @@ def test_every_call_is_judged_when_guidance_is_not(tmp_path):
     assert "guidance not judged" in case["reason"]
     statuses = pj.step_statuses(report, "denoiser")
     assert statuses[1] == {"failed"} and all(statuses[i] == {"passed"} for i in (0, 2, 3))
+
+
+def test_kandinsky3_guidance_is_rebuilt_and_a_drop_fails_its_step(tmp_path):
+    pipes_tiny.BUILDERS.setdefault("kandinsky3", r3.kandinsky3)
+    report, case = _run(tmp_path, "kandinsky3", lambda pipe: r3.guided_by(pipe, r3.conditional_alone, steps={2}))
+    m = case["trajectory"]
+    assert m["guidance"]["image"] == {"judged": True, "form": "cfg-kandinsky3", "steps_not_rebuilt": [2]}
+    assert case["status"] == "failed" and m["first_failure"] == {"step": 2, "streams": ["image"], "check": "e"}
+    statuses = pj.step_statuses(report, "denoiser")
+    assert statuses[2] == {"failed"} and all(statuses[i] == {"passed"} for i in (0, 1, 3))
