@@ -11,9 +11,9 @@ import pipeline_judging as pj
 import pipes_tiny
 import pytest
 
-SCHEDULERS = ["KDPM2DiscreteScheduler", "KDPM2AncestralDiscreteScheduler", "SASolverScheduler",
-              "HeunDiscreteScheduler", "EulerAncestralDiscreteScheduler", "LCMScheduler", "TCDScheduler",
-              "DPMSolverSinglestepScheduler"]
+# the ones that failed honestly in a pipeline (KDPM2's second stage, SASolver's state); Heun, Euler ancestral, KDPM2
+# ancestral, LCM, TCD and DPM-Solver single-step were also run this way and pass (docs/diffusion.md "Schedulers")
+SCHEDULERS = ["KDPM2DiscreteScheduler", "SASolverScheduler"]
 
 
 def _build(name):
