@@ -241,6 +241,10 @@ def _counted_build(cls: type, config: dict, *, most_tensors: int, most_elements:
             handle.remove()
 
 
+PEFT_PARTS = (".lora_A.", ".lora_B.", ".base_layer.", ".lora_magnitude_vector.", ".lora_embedding_A.",
+              ".lora_embedding_B.")  # the names PEFT gives an adapter's tensors in a model's state dict
+
+
 def check_buildable(record: ModelRecord, state: Mapping[str, Any]) -> type:
     """Check, before anything is allocated for it, that a model record can be built from its weights: its class
     is a Diffusers model (:func:`model_class`), each weight's shape is the record's, and its config builds
@@ -271,6 +275,12 @@ def check_buildable(record: ModelRecord, state: Mapping[str, Any]) -> type:
         if held != list(tensor["shape"]):
             raise RecordError(f"tensor {name!r} is {held} in its blob, the record says {tensor['shape']}",
                               path=where, pointer=f"/tensors/{name}/shape")
+    adapters = sorted(n for n in tensors if any(part in n for part in PEFT_PARTS))
+    if adapters:  # diffusers' LoRA loaded and not fused: PEFT layers replay does not rebuild (yet)
+        raise RecordError(f"the denoiser was captured with LoRA adapters loaded and not fused ({len(adapters)} "
+                          f"adapter tensor(s), e.g. {adapters[0]!r}): replay does not rebuild PEFT layers, so its "
+                          "denoiser steps are not judged; fuse the adapters before the call (pipe.fuse_lora()) to "
+                          "have them judged", path=where, pointer="/tensors")
     elements = sum(math.prod(t["shape"]) for t in tensors.values())
     from ikdata.core.digest import from_finite_json
 
