@@ -284,12 +284,10 @@ def _row_wanted(cap: Any, runner: Any, step: int) -> bool:
     decode steps the default looks at (:func:`ikdata.capture.selection.looks_at`: 0-3, then powers of two),
     at most :data:`ROWS_PER_STEP` of each such step and :data:`SAMPLER_ROWS` in all, so a long run or a busy
     server pays for a few hundred rows, spread over the generation, and then nothing."""
-    from ikdata.capture.selection import looks_at
-
     config = cap.config
     if config.steps is not None or getattr(config, "per_step", False):
         return True
-    if not looks_at(step):
+    if not (step < 4 or step & (step - 1) == 0):  # ikdata.capture.selection.looks_at, inlined: once per row
         return False
     kept = runner.__dict__.setdefault("_ikdata_rows_kept", {})
     if kept.get(step, 0) >= ROWS_PER_STEP or sum(kept.values()) >= SAMPLER_ROWS:
