@@ -191,3 +191,17 @@ class TestReplay:
         assert recheck(honest, result.report) == []
         edited = {**wrong, "status": "passed", "reason": None}
         assert any("scale error +" in reason for reason in recheck(edited, result.report))
+
+
+def test_the_calibration_tool_counts_false_alarms_and_catches(monkeypatch):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("judge_calibration", ROOT / "tools" / "judge_calibration.py")
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "judge_calibration", tool)  # its dataclasses look their module up
+    spec.loader.exec_module(tool)
+    row = tool.calibrate("gemm", "bfloat16", 3)
+    assert row.runs == 3 and row.false_alarms == 0 and row.caught[0.01] == 3 and row.caught[0.05] == 3
+    table = tool.table([row])
+    assert "| gemm | bfloat16 | 3 | 1024-32768 | 0 (0) |" in table
