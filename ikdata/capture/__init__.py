@@ -22,11 +22,29 @@ and by capture), ``runner`` (run a command with capture on).
 
 from __future__ import annotations
 
-from ikdata.capture.boot import install, uninstall
+from ikdata.capture.boot import uninstall
 from ikdata.capture.running import current, flush
 from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
 from ikdata.capture.context import request, step, write_request_file
 from ikdata.core.templates import instantiate, load_templates, trusted_instances
+
+def install(config: CaptureConfig):
+    """Enable capture in this program (the library path, no ``ikdata capture``); returns the Capturer.
+
+    As under ``ikdata capture``, the process leaves its census at exit, after the final flush: without a
+    run's state folder it goes into ``INTO/census/<host>-<pid>.jsonl``. Commit with ``ikdata manifest INTO``.
+
+    Example:
+        >>> ikdata.capture.install(ikdata.capture.CaptureConfig(into="runs/x"))
+    """
+    import atexit
+
+    from ikdata.capture import boot, census
+
+    # registered before the boot's exit hook, so it runs after it (atexit is last in, first out)
+    atexit.register(census.write, config.state_dir, config.into)
+    return boot.install(config)
+
 
 __all__ = ["CaptureConfig", "current", "flush", "install", "instantiate", "load_templates", "parse_size",
            "parse_steps", "request", "step", "trusted_instances", "uninstall", "write_request_file"]
