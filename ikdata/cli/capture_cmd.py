@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
+from ikdata.cli._declared import with_family_options
 from ikdata.cli._options import JsonOpt, QuietOpt
 
 CAPTURE_EXAMPLES = """
@@ -30,6 +31,7 @@ def _split(values: Optional[list[str]]) -> tuple[str, ...]:
 
 @app.command("capture", epilog=CAPTURE_EXAMPLES,
              context_settings={"allow_interspersed_args": False})
+@with_family_options("capture")  # each family's declared capture options (diffusion's --streams), by the registry
 def capture(
     command: Annotated[list[str], typer.Argument(help="The command to run, after '--'.", show_default=False)],
     into: Annotated[Path, typer.Option("--into", help="Dataset folder to write (created if missing).")],
@@ -54,9 +56,7 @@ def capture(
     model: Annotated[Optional[str], typer.Option("--model", help="Model name for the receipts.")] = None,
     model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="Model revision.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="A failing hook raises in the program (for tests).")] = False,
-    streams: Annotated[Optional[list[str]], typer.Option(
-        "--streams", help="Diffusion latent streams to record in trajectories, e.g. video,audio (default: all).")] = None,
-    json_: JsonOpt = False, quiet: QuietOpt = False,
+    json_: JsonOpt = False, quiet: QuietOpt = False, **family_options: Any,
 ) -> None:
     """Run CMD with capture on in it and every Python process it starts; commit and summarise."""
     from ikdata.capture.config import CaptureConfig, parse_size, parse_steps
@@ -70,7 +70,8 @@ def capture(
         steps=parse_steps(steps) if steps is not None else None, per_step=per_step, step_module=step_module,
         max_per_definition=max_per_definition, max_bytes=parse_size(max_bytes) if max_bytes is not None else None,
         request_file=str(request_file) if request_file else None, strict=strict, adapters=_split(adapter),
-        provenance=provenance, streams=_split(streams))
+        provenance=provenance, **{name: _split(value) if isinstance(value, list) else value
+                                  for name, value in family_options.items() if value is not None})
     o = out.Output(json=json_, quiet=quiet)
     from ikdata.core.features import hooks as family_hooks
 

@@ -9,6 +9,7 @@ import typer
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
+from ikdata.cli._declared import FeatureCommand
 from ikdata.cli._options import JsonOpt, QuietOpt
 
 NOISE_EXAMPLES = """
@@ -21,7 +22,7 @@ Seeds run from 0 to 2**64-1; at most 8 dimensions a stream, 4GiB in all unless -
 """
 
 
-@app.command("noise", epilog=NOISE_EXAMPLES)
+@app.command("noise", epilog=NOISE_EXAMPLES, cls=FeatureCommand)  # offered while a feature declares it
 def noise_command(
         seed: Annotated[int, typer.Argument(help="The seed of the CPU generator.", show_default=False)],
         shape: Annotated[list[str], typer.Option(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -14,6 +12,7 @@ from rich.markup import escape
 
 from ikdata.cli import _output as out
 from ikdata.cli import app
+from ikdata.cli._declared import with_family_options
 from ikdata.core.status import Status
 from ikdata.cli._options import DatasetOrUrlArg, DefinitionsOpt, EndpointOpt, JsonOpt, ProfileOpt, QuietOpt
 
@@ -73,44 +72,8 @@ class _RayOptional(typer.core.TyperCommand):
         return super().parse_args(ctx, fixed)
 
 
-def _family_parameters() -> list[inspect.Parameter]:
-    """Every registered family's declared options (:attr:`ikdata.core.features.Family.options`) as the command's
-    parameters, each shown under its family's name (``Diffusion: ...``)."""
-    from ikdata.core import features
-
-    found = []
-    for family, option in features.options():
-        kind: Any = list[option.type] if option.multiple else option.type
-        if option.default is None and option.type is not bool:
-            kind = Optional[kind]
-        words = f"{family.name.capitalize()}: {option.help[:1].lower()}{option.help[1:]}"
-        info = typer.Option(option.flag, metavar=option.metavar, help=words)
-        found.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, info],
-                                       default=option.default))
-    return found
-
-
-class _WithFamilyOptions:
-    """A command function whose signature gains every registered family's options, read from the registry each
-    time typer builds the command (so a family registered later, or left out, is offered, or not, at once).
-    The function takes them as ``**family_options``, by :attr:`ikdata.core.features.Option.name`."""
-
-    def __init__(self, function: Any) -> None:
-        functools.update_wrapper(self, function)
-        self._function = function
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        own = inspect.signature(self._function, eval_str=True)
-        kept = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        return own.replace(parameters=[*kept, *_family_parameters()])
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function(*args, **kwargs)
-
-
 @app.command("replay", epilog=REPLAY_EXAMPLES, cls=_RayOptional)
-@_WithFamilyOptions
+@with_family_options("replay")  # every family's declared options (diffusion's --floor-k ...), by the registry
 def replay_command(
         path: DatasetOrUrlArg,
         device: Annotated[str, typer.Option(help="Where references run: cpu, cuda, cuda:N.")] = "cpu",

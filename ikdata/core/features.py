@@ -26,6 +26,7 @@ import os
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable, Iterable, Iterator
 
 
@@ -74,6 +75,9 @@ class Option:
         default: the value when it is not given (None: the family's own default).
         multiple: the option may repeat (a list of ``type``).
         metavar: how the help shows its value, or None.
+        command: the command that offers it: ``"replay"`` (handed to the family's ``settings`` hook) or
+            ``"capture"`` (a field of :class:`ikdata.capture.config.CaptureConfig` by its name; a repeated option's
+            values split at commas).
     """
 
     flag: str
@@ -82,6 +86,7 @@ class Option:
     default: Any = None
     multiple: bool = False
     metavar: str | None = None
+    command: str = "replay"
 
     @property
     def name(self) -> str:
@@ -242,12 +247,16 @@ class Source:
 
 @dataclass(frozen=True)
 class Feature:
-    """What one feature package brings: its record kinds, its judge family, its capture sources."""
+    """What one feature package brings: its record kinds, its judge family, its capture sources; the schemas in
+    ``schemas/`` it reads besides its kinds' (``schemas``: a foreign format's, FlashInfer's calls), and the
+    ``ikdata`` commands that are its own (``commands``: offered only while it is registered)."""
 
     name: str
     kinds: tuple[RecordKind, ...] = ()
     family: Family | None = None
     sources: tuple[Source, ...] = ()
+    schemas: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
 
 
 # The call every path makes of each hook: (positional arguments, keyword arguments).
@@ -369,6 +378,22 @@ def registered(feature: Feature) -> Iterator[Feature]:
         unregister(feature)
 
 
+@contextlib.contextmanager
+def unregistered(name: str) -> Iterator[Feature | None]:
+    """The feature called ``name`` out of the registry for the ``with`` block, back in its place after it (what
+    a path does without it)."""
+    held = _features_now()
+    index = next((i for i, f in enumerate(held) if f.name == name), None)
+    feature = held.pop(index) if index is not None else None
+    resolve.cache_clear()
+    try:
+        yield feature
+    finally:
+        if feature is not None:
+            held.insert(index, feature)
+            resolve.cache_clear()
+
+
 def _add(feature: Feature) -> None:
     held = _registry
     assert held is not None
@@ -442,9 +467,53 @@ def families() -> tuple[Family, ...]:
     return tuple(f.family for f in features() if f.family is not None)
 
 
-def options() -> tuple[tuple[Family, Option], ...]:
-    """Every family's declared command-line options with their family, in declaration order."""
-    return tuple((family, option) for family in families() for option in family.options)
+def options(command: str = "replay") -> tuple[tuple[Family, Option], ...]:
+    """Every family's declared options of ``command`` with their family, in declaration order."""
+    return tuple((family, option) for family in families() for option in family.options if option.command == command)
+
+
+def schemas() -> tuple[str, ...]:
+    """The schemas the features' record kinds follow and the ones they declare besides, in declaration order."""
+    found = [k.schema for f in features() for k in f.kinds if k.schema is not None]
+    found += [name for f in features() for name in f.schemas]
+    return tuple(dict.fromkeys(found))
+
+
+def commands() -> tuple[str, ...]:
+    """The ``ikdata`` commands the features declare as their own."""
+    return tuple(c for f in features() for c in f.commands)
+
+
+class Live(Sequence):
+    """A tuple computed from the registry each time it is read: a module that binds one at import
+    (``from ikdata.core.record_kinds import KINDS``) still sees a feature registered or unregistered later."""
+
+    def __init__(self, compute: Callable[[], tuple]) -> None:
+        self._compute = compute
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._compute()[index]
+
+    def __len__(self) -> int:
+        return len(self._compute())
+
+    def __iter__(self) -> Iterator:
+        return iter(self._compute())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._compute()
+
+    def __add__(self, other) -> tuple:
+        return self._compute() + tuple(other)
+
+    def __eq__(self, other: object) -> bool:
+        return self._compute() == (tuple(other) if isinstance(other, (tuple, Live)) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._compute())
+
+    def __repr__(self) -> str:
+        return repr(self._compute())
 
 
 def sources() -> tuple[Source, ...]:
@@ -490,6 +559,6 @@ def resolve(spec: str | None) -> Callable[..., Any] | None:
     return getattr(importlib.import_module(module), function)
 
 
-__all__ = ["FAMILY_CALLS", "Family", "Feature", "Option", "RecordKind", "SOURCE_CALLS", "Source", "families",
-           "features", "held_families", "hooks", "kinds", "loaded_engine", "options", "provide", "register", "registered", "resolve",
-           "source", "sources", "unregister"]
+__all__ = ["FAMILY_CALLS", "Family", "Feature", "Live", "Option", "RecordKind", "SOURCE_CALLS", "Source", "commands",
+           "families", "features", "held_families", "hooks", "kinds", "loaded_engine", "options", "provide", "register",
+           "registered", "resolve", "schemas", "source", "sources", "unregister", "unregistered"]

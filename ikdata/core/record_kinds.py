@@ -9,8 +9,7 @@ named by their digest (:mod:`ikdata.core.store`), packs under ``packs/`` (:mod:`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Callable
+from collections.abc import Sequence
 
 from ikdata.core import features
 from ikdata.core.features import RecordKind
@@ -33,48 +32,16 @@ _CORE: tuple[RecordKind, ...] = (
 )
 
 
-class _Live(Sequence):
-    """A tuple computed from the feature registry each time it is read: a feature registered (or unregistered)
-    after this module was imported is known (or forgotten) by every holder of the name, never by some."""
-
-    def __init__(self, compute: Callable[[], tuple]) -> None:
-        self._compute = compute
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self._compute()[index]
-
-    def __len__(self) -> int:
-        return len(self._compute())
-
-    def __iter__(self) -> Iterator:
-        return iter(self._compute())
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._compute()
-
-    def __add__(self, other) -> tuple:
-        return self._compute() + tuple(other)
-
-    def __eq__(self, other: object) -> bool:
-        return tuple(self) == (tuple(other) if isinstance(other, (tuple, _Live)) else other)
-
-    def __hash__(self) -> int:
-        return hash(self._compute())
-
-    def __repr__(self) -> str:
-        return repr(self._compute())
-
-
 # Core's own kinds, then every kind a feature declares (diffusion's trajectories and model records), read live.
-KINDS: Sequence[RecordKind] = _Live(lambda: _CORE + features.kinds())
+KINDS: Sequence[RecordKind] = features.Live(lambda: _CORE + features.kinds())
 
 # Files ikdata's own writers leave beside record files that are no records themselves: lines a repair set aside
 # (``FILE.rejected``), a running replay's journal of cases (``reports/<report>.json.journal``, read back by
 # :mod:`ikdata.replay.report`). Temporary files follow one rule of their own (:mod:`ikdata.core.temp`).
 BESIDE_RECORDS: tuple[str, ...] = (r".+\.rejected", r"reports/[^/]+\.json\.journal")
 
-RECORD_TOPS: Sequence[str] = _Live(lambda: tuple(dict.fromkeys(k.top.split("/")[0] for k in KINDS if k.folder)))
-RECORD_FILES: Sequence[str] = _Live(lambda: tuple(k.top for k in KINDS if not k.folder))
+RECORD_TOPS: Sequence[str] = features.Live(lambda: tuple(dict.fromkeys(k.top.split("/")[0] for k in KINDS if k.folder)))
+RECORD_FILES: Sequence[str] = features.Live(lambda: tuple(k.top for k in KINDS if not k.folder))
 
 
 def kind_of(relative: str) -> RecordKind | None:

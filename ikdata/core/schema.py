@@ -10,8 +10,10 @@ import functools
 import importlib
 import json
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
+from ikdata.core import features
 from ikdata.core.problems import Problem
 
 if TYPE_CHECKING:  # jsonschema is imported when a record fails (to explain it): importing it costs ~0.4 s
@@ -19,8 +21,11 @@ if TYPE_CHECKING:  # jsonschema is imported when a record fails (to explain it):
     from jsonschema.exceptions import ValidationError
     from referencing import Registry
 
-KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "trajectory", "model",
-         "pack-index", "flashinfer-call", "census", "origin")
+CORE_KINDS = ("descriptor", "definition", "workload", "receipt", "validation", "report", "manifest", "pack-index",
+              "census", "origin")
+# Core's schemas, then every schema a registered feature's kinds follow or it declares (diffusion's trajectory and
+# model, FlashInfer's calls): read from the registry each time, so a feature left out brings none.
+KINDS: Sequence[str] = features.Live(lambda: tuple(dict.fromkeys(CORE_KINDS + features.schemas())))
 
 
 def package_folder(package: str):
@@ -42,12 +47,16 @@ def load_schema(kind: str) -> dict:
     return json.loads(text)
 
 
-@functools.cache
 def _registry() -> Registry:
+    return _registry_of(tuple(KINDS))
+
+
+@functools.cache
+def _registry_of(kinds: tuple[str, ...]) -> Registry:
     from referencing import Registry, Resource
 
     return Registry().with_resources(
-        (load_schema(kind)["$id"], Resource.from_contents(load_schema(kind))) for kind in KINDS)
+        (load_schema(kind)["$id"], Resource.from_contents(load_schema(kind))) for kind in kinds)
 
 
 @functools.cache
@@ -100,11 +109,15 @@ def is_valid(kind: str, record: Any) -> bool:
 # same schema files; tests/test_schema.py proves they agree over valid and mutated records.
 
 
-@functools.cache
 def _compiled_registry():
+    return _compiled_registry_of(tuple(KINDS))
+
+
+@functools.cache
+def _compiled_registry_of(kinds: tuple[str, ...]):
     import jsonschema_rs
 
-    return jsonschema_rs.Registry([(load_schema(kind)["$id"], load_schema(kind)) for kind in KINDS])
+    return jsonschema_rs.Registry([(load_schema(kind)["$id"], load_schema(kind)) for kind in kinds])
 
 
 @functools.cache

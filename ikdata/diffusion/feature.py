@@ -19,6 +19,8 @@ OPTIONS = (  # ikdata replay's options for the family's settings (ikdata.diffusi
     Option("--floor-k", "A step passes when e <= k*f + eps + one rounding (default 2).", type=float),
     Option("--floor-eps", "The eps of e <= k*f + eps + one rounding (default 0).", type=float),
     Option("--seed", "The seed the reference expects the initial noise from (default: the trajectory's).", type=int),
+    Option("--streams", "Latent streams to record in trajectories, e.g. video,audio (default: all).", multiple=True,
+           command="capture"),
 )
 
 FEATURE = Feature(
@@ -36,4 +38,5 @@ FEATURE = Feature(
                   summary="ikdata.diffusion.table:summary_lines", figures="ikdata.diffusion.report_figures:figures",
                   options=OPTIONS),
     sources=(Source("diffusers", "diffusers", hooks="ikdata.diffusion.capture"),),
+    commands=("noise",),  # ikdata noise: the noise recipe's digest (ikdata.diffusion.noise)
 )

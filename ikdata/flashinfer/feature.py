@@ -10,4 +10,5 @@ FEATURE = Feature(
     sources=(Source("flashinfer", "flashinfer", hooks="ikdata.flashinfer.capture",
                     importer="ikdata.flashinfer.source:importer", trusts="ikdata.flashinfer.trust:trusted_flashinfer",
                     recognises="ikdata.flashinfer.recorder_folder:recognises"),),
+    schemas=("flashinfer-call",),  # its dumps' call records (ikdata.flashinfer.dumps)
 )

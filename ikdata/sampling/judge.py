@@ -42,7 +42,14 @@ def is_sampling(definition: Any) -> bool:
 
 
 ENGINE = "engine"  # the order is the engine's, recorded in each receipt (sampler.order)
-ENGINE_ORDERS = {"transformers": "hf", "vllm": "vllm", "sglang": "sglang"}
+
+
+def engine_orders() -> dict[str, str]:
+    """Each registered capture source's sampler cut order by its name (:attr:`ikdata.core.features.Source.order`):
+    the order a receipt that names its engine but no order was drawn in."""
+    from ikdata.core import features
+
+    return {source.name: source.order for source in features.sources() if source.order is not None}
 
 
 def judge_settings(definition: Any) -> tuple[str, float, float | None]:
@@ -70,7 +77,7 @@ def receipt_order(receipt: Any) -> str:
     order = sampler.get("order")
     if order in ORDERS:
         return order
-    return ENGINE_ORDERS.get(str(provenance.get("engine")), ANY)
+    return engine_orders().get(str(provenance.get("engine")), ANY)
 
 
 def unknown_processors(receipt: Any) -> list[dict[str, Any]]:
