@@ -245,7 +245,7 @@ class Dispatcher:
         import torch
 
         entered: list[Any] = []
-        self.gap_ended()
+        gap_on = self.gap_ended()  # still on (under a mode the program pushed): it counts this step's ops
         if not self.capturer.enabled:
             return entered
         self.bind_pending()
@@ -254,7 +254,7 @@ class Dispatcher:
             guard.__enter__()
             entered.append(guard)
         with self._lock:
-            surveying = surveyed(self.steps_begun)
+            surveying = surveyed(self.steps_begun) and not gap_on
             self.steps_begun += 1
             self.steps_surveyed += surveying
         if surveying:
@@ -265,9 +265,14 @@ class Dispatcher:
 
     def step_ended(self, entered: tuple[Any, ...] | list[Any]) -> None:
         for item in reversed(entered):
-            item.__exit__(None, None, None)
-            if hasattr(item, "flush"):
+            if hasattr(item, "flush"):  # a survey: popped only from the top of the mode stack (never another mode)
+                if _on_top(item):
+                    item.__exit__(None, None, None)
+                else:
+                    self.open_surveys.append(item)  # left on, counting; its counts reach the census at exit
                 item.flush()
+                continue
+            item.__exit__(None, None, None)
         if self._included is not None and self._included[1] == threading.get_ident():
             self.gap_began()
 
@@ -287,8 +292,13 @@ class Dispatcher:
             self.local.gap = survey
             self.open_surveys.append(survey)
 
-    def gap_ended(self) -> None:
+    def gap_ended(self) -> bool:
+        """End this thread's survey between steps, if it is on and on top of the mode stack. A mode the program
+        pushed after it (its own TorchDispatchMode, an engine's) is never popped in its place: the gap survey then
+        stays on, counting, until it is on top again. Returns whether a gap survey is still on."""
         survey = getattr(self.local, "gap", None)
+        if survey is not None and not _on_top(survey):
+            return True
         if survey is not None:
             self.local.gap = None
             try:
@@ -297,6 +307,7 @@ class Dispatcher:
                 survey.flush()
                 if survey in self.open_surveys:
                     self.open_surveys.remove(survey)
+        return False
 
     def flush_surveys(self) -> None:
         """Hand what the open surveys counted so far to the census (at exit: the last gap is never ended)."""
@@ -449,6 +460,13 @@ def let_higher_order_ops_pass() -> None:
     dispatch.__wrapped__ = original  # type: ignore[attr-defined]
     cls.dispatch = dispatch
     _HOP_DISPATCH.append(original)
+
+
+def _on_top(mode: Any) -> bool:
+    """Whether ``mode`` is the top of this thread's TorchDispatchMode stack (the one ``__exit__`` would pop)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode() is mode
 
 
 def _composite(name: str) -> bool:
