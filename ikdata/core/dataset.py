@@ -98,7 +98,7 @@ def require_dataset(root: str | os.PathLike) -> str:
     layout = find_layout(root)
     if layout in (None, FLASHINFER):  # a source's own folder format (FlashInfer's recorder): import it first
         for source in features.sources():
-            recognises = features.resolve(source.recognises)
+            recognises = source.hook("recognises")
             found = recognises(root) if recognises is not None else None
             if found:
                 raise NotADataset(root, format=found)

@@ -150,7 +150,7 @@ def trusted_instances(dataset_definitions: Mapping[str, Definition]) -> dict[str
     from ikdata.core import features
 
     for source in features.sources() if dataset_definitions else ():  # each source says which are its own
-        trusts = features.resolve(source.trusts)
+        trusts = source.hook("trusts")
         if trusts is not None:
             trusted.update(trusts(dataset_definitions))
     return trusted

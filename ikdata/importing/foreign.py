@@ -208,7 +208,7 @@ def _foreign(src: Path, definitions: Sequence[str | os.PathLike]) -> ForeignRead
     from ikdata.core import features
 
     for source in features.sources():
-        importer = features.resolve(source.importer)
+        importer = source.hook("importer")  # its signature checked on first use
         found = importer(src, [str(d) for d in definitions]) if importer is not None else None
         if found is not None:
             return found

@@ -202,3 +202,21 @@ def test_a_declaration_is_checked_when_it_is_registered(declared, said):
         features.register(declared)
     assert said in str(caught.value)
     assert declared not in features.features()
+
+
+def test_a_source_hook_that_cannot_take_its_call_is_named_with_its_feature_and_field(monkeypatch, tmp_path):
+    import ikdata
+    from ikdata.core.errors import DefinitionError
+    from ikdata.core.features import Source
+
+    module = types.ModuleType("ikdata_test_badsource")
+    module.importer = lambda src: None  # import calls importer(src, definitions)
+    monkeypatch.setitem(sys.modules, "ikdata_test_badsource", module)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "calls.txt").write_text("not a dataset")
+    bad = Feature("badsource", sources=(Source("badsource", "badsource_module",
+                                               importer="ikdata_test_badsource:importer"),))
+    with features.registered(bad), pytest.raises(DefinitionError) as caught:
+        ikdata.import_dataset(tmp_path / "folder", tmp_path / "dst")
+    assert "feature 'badsource': source 'badsource''s importer hook ikdata_test_badsource:importer takes (src)" \
+        in str(caught.value)
