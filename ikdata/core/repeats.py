@@ -61,7 +61,10 @@ class Repeats:
 
     def see(self, uuid: str, expected_output: Mapping[str, Any], path: str, line: int | None) -> bool:
         """Note one receipt; True when it is the first of its uuid (the one readers keep)."""
-        key = outputs_key(expected_output)
+        return self.see_key(uuid, outputs_key(expected_output), path, line)
+
+    def see_key(self, uuid: str, key: bytes, path: str, line: int | None) -> bool:
+        """:meth:`see` given the outputs' key already made (by one key function for every receipt met)."""
         first = self._first.get(uuid)
         if first is None:
             self._first[uuid] = (key, path, line)

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import orjson
 
-from ikdata.core import features, repeats, spill
+from ikdata.core import fast_rows, features, repeats, spill
 from ikdata.core.dataset import Dataset
 from ikdata.core.features import hooks as family_hooks
 from ikdata.core.definitions import DATASET, Definition
@@ -239,63 +239,11 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
     randoms: list[tuple[str, str, Problem]] = []  # (uuid, input, problem) unless its receipt declares it
     shapes, clean_layouts = _Shapes(), set()
 
-    for path in ds.workload_files():
-        display = ds.rel(path)
-        for line, record in ds.read_workload_file(path, validate=True):
-            report.workloads += 1
-            uuid = record["workload"]["uuid"]
-            previous = rows_by_uuid.get(uuid)
-            key = _row_key(record)
-            if previous is not None and previous[2] != key:
-                problems.append(Problem(display, f"uuid {uuid} is also used by a different row at "
-                                        f"{previous[0]}:{previous[1]}; expected one content per uuid",
-                                        line, "/workload/uuid", "duplicate-uuid"))
-                continue
-            axes_items = tuple(record["workload"]["axes"].items())
-            rows_by_uuid[uuid] = (display, line, key, _shared(record["definition"]), axes_items)
-            definition = definitions.get(record["definition"])
-            if definition is None:
-                hint = (f"; {misnamed[record['definition']]} has that file name but another 'name'"
-                        if record["definition"] in misnamed else "")
-                problems.append(Problem(display, f"unknown definition {record['definition']!r}; expected one of "
-                                        f"definitions/**/*.json or a folder passed with --definitions{hint}",
-                                        line, "/definition", "unknown-definition"))
-                continue
-            _check_row(ds, definition, record, display, line, problems, uses, randoms, shapes, axes_items,
-                       clean_layouts)
-
+    _check_workloads(ds, report, rows_by_uuid, uses, randoms, shapes, clean_layouts, misnamed)
     declared: dict[str, list[str]] = {}
     contexts: dict[str, tuple[str, int | None]] = {}  # shared contexts receipts name (core.verdicts): checked once
     seen = repeats.Repeats(first_receipts)  # one uuid, two receipts: the one rule (core.repeats)
-    for receipt in ds.receipts(validate=True):
-        report.receipts += 1
-        if not seen.see(receipt.uuid, receipt.expected_output, receipt.source, receipt.line):
-            continue  # a repeat: the same capture again (clean), or a finding listed below
-        if receipt.validation and isinstance(receipt.validation.get("shared"), str):
-            contexts.setdefault(receipt.validation["shared"], (receipt.source, receipt.line))
-        if not receipt.expected_output and isinstance(receipt.provenance.get("random_inputs"), list):
-            declared[receipt.uuid] = receipt.provenance["random_inputs"]  # imported with --keep-random
-        row = rows_by_uuid.get(receipt.uuid)
-        if row is None:
-            problems.append(Problem(receipt.source, f"receipt names workload {receipt.uuid}, which no workload "
-                                    "row holds", receipt.line, "/uuid", "unknown-workload"))
-            continue
-        if row[3] != receipt.definition:
-            problems.append(Problem(receipt.source, f"receipt says definition {receipt.definition!r} but the "
-                                    f"row at {row[0]}:{row[1]} says {row[3]!r}",
-                                    receipt.line, "/definition", "receipt-mismatch"))
-        definition = definitions.get(receipt.definition)
-        for name, descriptor in receipt.expected_output.items():
-            pointer = f"/expected_output/{name}"
-            if definition is not None and name not in definition.outputs:
-                problems.append(Problem(receipt.source, f"output {name!r} is not an output of {definition.name!r}; "
-                                        f"expected {sorted(definition.outputs)}", receipt.line, pointer, "receipt-output"))
-                continue
-            if isinstance(descriptor, TensorRef):
-                spec = definition.outputs[name] if definition else None
-                uses.add(receipt.source, receipt.line, pointer, descriptor, spec.torch_dtype if spec else None,
-                         shapes.of(definition, name, row[4]) if definition else None,
-                         f"output {name!r} of {receipt.definition!r}")
+    _check_receipts(ds, report, rows_by_uuid, uses, shapes, seen, declared, contexts)
     problems += seen.problems()
     problems += [p for uuid, name, p in randoms if name not in declared.get(uuid, ())]
     problems += _context_problems(ds, contexts)
@@ -328,6 +276,170 @@ def _validate(ds: Dataset, report: ValidationReport, prehash: _Prehash | None, r
         if hint:
             problems.append(Problem("ikdata.json", hint, code="needs-repair"))
 
+
+
+def _check_workloads(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.UuidMap, uses: _Uses,
+                     randoms: list[tuple[str, str, Problem]], shapes: _Shapes, clean_layouts: set,
+                     misnamed: dict[str, str]) -> None:
+    """Every workload row: schema (a block of rows per compiled call, :mod:`ikdata.core.fast_rows`), duplicate
+    uuids, the definition it names, its inputs and axes; each tensor use kept for the blob checks. The loop is
+    the hot path of a large dataset: a row whose layout and inputs were seen before costs a few dict lookups."""
+    problems = report.problems
+    definitions = ds.definitions
+    rows_get = rows_by_uuid.get
+    records, refs = uses._records, uses._refs
+    ref_ids, new_ref = refs._ids, refs.id
+    sites: dict[tuple, int | None] = {}  # (file, definition, input, axes) -> its use site, None: not a tensor use
+    for path in ds.workload_files():
+        display = ds.rel(path)
+        for block in fast_rows.valid_blocks(path, "workload", ds.problems, display=display, dataset=ds.root):
+            report.workloads += len(block)
+            for line, record in block:
+                workload = record["workload"]
+                uuid = workload["uuid"]
+                previous = rows_get(uuid)
+                key = _row_key(record)
+                if previous is not None and previous[2] != key:
+                    problems.append(Problem(display, f"uuid {uuid} is also used by a different row at "
+                                            f"{previous[0]}:{previous[1]}; expected one content per uuid",
+                                            line, "/workload/uuid", "duplicate-uuid"))
+                    continue
+                axes, inputs, name = workload["axes"], workload["inputs"], record["definition"]
+                axes_items = tuple(axes.items())
+                rows_by_uuid[uuid] = (display, line, key, _shared(name), axes_items)
+                definition = definitions.get(name)
+                if definition is None:
+                    hint = f"; {misnamed[name]} has that file name but another 'name'" if name in misnamed else ""
+                    problems.append(Problem(display, f"unknown definition {name!r}; expected one of "
+                                            f"definitions/**/*.json or a folder passed with --definitions{hint}",
+                                            line, "/definition", "unknown-definition"))
+                    continue
+                layout = (id(definition), tuple(inputs), tuple(axes))  # which inputs and axes, not their values
+                if layout not in clean_layouts:
+                    before = len(problems)
+                    _check_names(definition, inputs, axes, display, line, problems)
+                    if len(problems) == before and len(clean_layouts) < 1 << 16:
+                        clean_layouts.add(layout)
+                for input_name, raw in inputs.items():
+                    if raw["type"] != "safetensors":
+                        _check_input(ds, definition, workload, input_name, raw, display, line, problems, uses,
+                                     randoms, shapes, axes_items)
+                        continue
+                    where = (display, layout[0], input_name, axes_items)
+                    try:
+                        site = sites[where]
+                    except KeyError:
+                        site = _site(definition, input_name, display, uses, shapes, axes_items)
+                        if len(sites) > 1 << 16:
+                            sites.clear()
+                        sites[where] = site
+                    except TypeError:  # an axis value that is not hashable: no site remembered
+                        site = _site(definition, input_name, display, uses, shapes, axes_items)
+                    if site is None:  # not an input of the definition, or a scalar one: said the slow way
+                        _check_input(ds, definition, workload, input_name, raw, display, line, problems, uses,
+                                     randoms, shapes, axes_items)
+                        continue
+                    pair = (raw["path"], raw["tensor_key"])
+                    ref = ref_ids.get(pair)
+                    records.append(site, line, new_ref(pair) if ref is None else ref)
+
+
+def _site(definition: Definition, name: str, display: str, uses: _Uses, shapes: _Shapes,
+          axes_items: tuple) -> int | None:
+    """The use site of tensor input ``name`` of rows of ``definition`` with these axes in ``display`` (file,
+    pointer, dtype and shape expected, context), numbered once; None where the input is not a tensor input."""
+    spec = definition.inputs.get(name)
+    if spec is None or spec.shape is None:
+        return None
+    shape = shapes.of(definition, name, axes_items)
+    return uses._sites.id((display, f"/workload/inputs/{name}", spec.torch_dtype,
+                           None if shape is None else tuple(shape), f"input {name!r} of {definition.name!r}"))
+
+
+def _receipt_outputs(record: dict, definition: Definition | None) -> dict[str, dict]:
+    """A receipt's expected outputs, name -> descriptor dict; the seed's bare descriptor named as
+    :meth:`ikdata.core.records.Receipt.from_dict` names it (the definition's first output, else 'output')."""
+    expected = record.get("expected_output") or {}
+    if "type" in expected:
+        names = list(definition.outputs) if definition else None
+        return {names[0] if names else "output": expected}
+    return expected
+
+
+def _descriptor_key(raw: dict) -> tuple:
+    """What a descriptor is, as its value type keeps it (extra fields ignored): for the repeats' key."""
+    kind = raw["type"]
+    if kind == "safetensors":
+        return ("safetensors", raw["path"], raw["tensor_key"])
+    if kind == "scalar":
+        return ("scalar", raw["value"])
+    return ("random",)
+
+
+def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.UuidMap, uses: _Uses,
+                    shapes: _Shapes, seen: repeats.Repeats, declared: dict[str, list[str]],
+                    contexts: dict[str, tuple[str, int | None]]) -> None:
+    """Every receipt: schema (a block per compiled call), repeats of a uuid, the row and outputs it names;
+    each output tensor kept for the blob checks. Read as the records they are (no value objects per receipt)."""
+    from ikdata.core.dataset import seed_receipt
+
+    problems = report.problems
+    definitions = ds.definitions
+    convert = seed_receipt if ds.layout == "seed" else None
+    dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
+    rows_get = rows_by_uuid.get
+    records, refs = uses._records, uses._refs
+    ref_ids, new_ref = refs._ids, refs.id
+    sites: dict[tuple, int] = {}  # (file, definition, output, axes) -> its use site
+    for path in ds.receipt_files():
+        source = ds.rel(path)
+        for block in fast_rows.valid_blocks(path, "receipt", ds.problems, display=source, dataset=ds.root,
+                                            convert=convert):
+            report.receipts += len(block)
+            for line, record in block:
+                uuid, name = record["uuid"], record["definition"]
+                definition = definitions.get(name)
+                outputs = _receipt_outputs(record, definition)
+                key = dumps({k: _descriptor_key(v) for k, v in outputs.items()}, option=sort_keys)
+                if not seen.see_key(uuid, key, source, line):
+                    continue  # a repeat: the same capture again (clean), or a finding listed below
+                validation = record.get("validation")
+                if validation and isinstance(validation.get("shared"), str):
+                    contexts.setdefault(validation["shared"], (source, line))
+                if not outputs and isinstance(record.get("random_inputs"), list):
+                    declared[uuid] = record["random_inputs"]  # imported with --keep-random
+                row = rows_get(uuid)
+                if row is None:
+                    problems.append(Problem(source, f"receipt names workload {uuid}, which no workload row holds",
+                                            line, "/uuid", "unknown-workload"))
+                    continue
+                if row[3] != name:
+                    problems.append(Problem(source, f"receipt says definition {name!r} but the row at "
+                                            f"{row[0]}:{row[1]} says {row[3]!r}", line, "/definition",
+                                            "receipt-mismatch"))
+                for output, raw in outputs.items():
+                    if definition is not None and output not in definition.outputs:
+                        problems.append(Problem(source, f"output {output!r} is not an output of "
+                                                f"{definition.name!r}; expected {sorted(definition.outputs)}",
+                                                line, f"/expected_output/{output}", "receipt-output"))
+                        continue
+                    if raw["type"] != "safetensors":
+                        continue
+                    where = (source, name, output, row[4])
+                    site = sites.get(where)
+                    if site is None:
+                        spec = definition.outputs[output] if definition else None
+                        shape = shapes.of(definition, output, row[4]) if definition else None
+                        site = uses._sites.id((source, f"/expected_output/{output}",
+                                               spec.torch_dtype if spec else None,
+                                               None if shape is None else tuple(shape),
+                                               f"output {output!r} of {name!r}"))
+                        if len(sites) > 1 << 16:
+                            sites.clear()
+                        sites[where] = site
+                    pair = (raw["path"], raw["tensor_key"])
+                    ref = ref_ids.get(pair)
+                    records.append(site, line, new_ref(pair) if ref is None else ref)
 
 # The record kinds validate reads with readers of its own, which check their schema and what they name.
 _OWN_READERS = ("definition", "workload", "receipt", "validation", "report")
@@ -454,21 +566,6 @@ def _missing_manifest(ds: Dataset) -> Problem:
                    + (hint if hint else f"run 'ikdata manifest {folder}' to write it"), code="manifest")
 
 
-def _check_row(ds: Dataset, definition: Definition, record: dict, display: str, line: int,
-               problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]], shapes: _Shapes,
-               axes_items: tuple, clean_layouts: set) -> None:
-    workload = record["workload"]
-    axes = workload["axes"]
-    inputs = workload["inputs"]
-    layout = (id(definition), tuple(inputs), tuple(axes))  # which inputs and axes a row names, not their values
-    if layout not in clean_layouts:
-        before = len(problems)
-        _check_names(definition, inputs, axes, display, line, problems)
-        if len(problems) == before and len(clean_layouts) < 1 << 16:
-            clean_layouts.add(layout)
-    _check_inputs(ds, definition, workload, display, line, problems, uses, randoms, shapes, axes_items)
-
-
 def _check_names(definition: Definition, inputs: dict, axes: dict, display: str, line: int,
                  problems: list[Problem]) -> None:
     """The row names every input and var axis of its definition, and nothing else."""
@@ -490,33 +587,33 @@ def _check_names(definition: Definition, inputs: dict, axes: dict, display: str,
                                     f"{definition.var_axes}", line, f"/workload/axes/{axis}", "unknown-axis"))
 
 
-def _check_inputs(ds: Dataset, definition: Definition, workload: dict, display: str, line: int,
-                  problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]], shapes: _Shapes,
-                  axes_items: tuple) -> None:
-    """Each input descriptor against its spec; tensor uses kept for the blob checks."""
-    for name, raw in workload["inputs"].items():
-        spec = definition.inputs.get(name)
-        if spec is None:
-            continue
-        pointer = f"/workload/inputs/{name}"
-        kind = raw["type"]
-        if kind == "random":
-            if ds.is_captured:
-                randoms.append((workload["uuid"], name, Problem(
-                    display, "a 'random' input in a captured dataset; expected the captured tensor as a "
-                    "safetensors descriptor", line, pointer, "random-input")))
-            continue
-        if kind == "scalar":
-            if spec.shape is not None:
-                problems.append(Problem(display, f"input {name!r} is a scalar, expected a {spec.dtype} tensor of "
-                                        f"shape {list(spec.shape)}", line, pointer, "scalar-mismatch"))
-            continue
-        if spec.shape is None:
-            problems.append(Problem(display, f"input {name!r} is a tensor, expected a Python scalar",
-                                    line, pointer, "scalar-mismatch"))
-            continue
-        uses.add(display, line, pointer, TensorRef(raw["path"], raw["tensor_key"]), spec.torch_dtype,
-                 shapes.of(definition, name, axes_items), f"input {name!r} of {definition.name!r}")
+def _check_input(ds: Dataset, definition: Definition, workload: dict, name: str, raw: dict, display: str,
+                 line: int, problems: list[Problem], uses: _Uses, randoms: list[tuple[str, str, Problem]],
+                 shapes: _Shapes, axes_items: tuple) -> None:
+    """One input descriptor against its spec, the slow way (a random or scalar input, one its definition does
+    not declare); a tensor use kept for the blob checks."""
+    spec = definition.inputs.get(name)
+    if spec is None:
+        return
+    pointer = f"/workload/inputs/{name}"
+    kind = raw["type"]
+    if kind == "random":
+        if ds.is_captured:
+            randoms.append((workload["uuid"], name, Problem(
+                display, "a 'random' input in a captured dataset; expected the captured tensor as a "
+                "safetensors descriptor", line, pointer, "random-input")))
+        return
+    if kind == "scalar":
+        if spec.shape is not None:
+            problems.append(Problem(display, f"input {name!r} is a scalar, expected a {spec.dtype} tensor of "
+                                    f"shape {list(spec.shape)}", line, pointer, "scalar-mismatch"))
+        return
+    if spec.shape is None:
+        problems.append(Problem(display, f"input {name!r} is a tensor, expected a Python scalar",
+                                line, pointer, "scalar-mismatch"))
+        return
+    uses.add(display, line, pointer, TensorRef(raw["path"], raw["tensor_key"]), spec.torch_dtype,
+             shapes.of(definition, name, axes_items), f"input {name!r} of {definition.name!r}")
 
 
 def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bool,
