@@ -79,18 +79,18 @@ def engine(name: str, template: Any, params: list[str], wrong: bool = False) -> 
         from ikdata.flashinfer.convert import COMPLETED_OUTPUTS
 
         written = [d.param for d in template.outputs.values()]
+        if not written or not all(p in values for p in written):
+            # returned as the reference returns it (None: it wrote its outputs into its arguments, as
+            # fused_topk_deepseek's does; gemma_fused_add_rmsnorm's returns 1 of its 2 outputs: not recorded)
+            return returned
+        # an in-place API (fused_add_rmsnorm): its outputs go into its arguments and it returns None
         items = list(returned) if isinstance(returned, (tuple, list)) else [returned]
         completion = COMPLETED_OUTPUTS.get(reference.__name__)
-        if completion is not None and returned is not None and len(items) < len(template.outputs):
-            import torch  # the output the reference leaves out (gemma_fused_add_rmsnorm's residual + input)
+        if completion is not None and len(items) < len(written):
+            import torch
 
             named = {key: values[param] for key, param in mapping.items() if param in values}
             items.append(eval(completion, {"torch": torch}, named))  # noqa: S307  ikdata's own table
-        if not written or not all(p in values for p in written):
-            if returned is None:  # the reference wrote its outputs into its arguments (fused_topk_deepseek)
-                return None
-            return tuple(items) if len(items) > 1 else items[0]
-        # an in-place API (fused_add_rmsnorm): its outputs go into its arguments and it returns None
         for param, value in zip(written, items):
             values[param].copy_(value)
         return None
