@@ -64,3 +64,17 @@ def test_the_sampling_judge_reads_engine_cut_orders_from_the_sources_declaration
     with features.registered(Feature("toyserve", sources=(Source("toyserve", "toyserve_module", order="sglang"),))):
         assert receipt_order(receipt("toyserve")) == "sglang"
     assert receipt_order(receipt("toyserve")) == "any"
+
+
+def test_every_shipped_hook_takes_the_call_every_path_makes():
+    """Each hook of each registered feature resolves and its signature binds its declared call (a hook that did
+    not would be a DefinitionError naming it on its first use)."""
+    from ikdata.core.features import FAMILY_CALLS, SOURCE_CALLS
+
+    checked = []
+    for family in features.families():
+        checked += [(family.name, name) for name in FAMILY_CALLS if family.hook(name) is not None]
+    for source in features.sources():
+        checked += [(source.name, name) for name in SOURCE_CALLS if name != "hooks" and source.hook(name) is not None]
+    assert ("diffusion", "settle") in checked and ("sampling", "execute") in checked
+    assert ("flashinfer", "importer") in checked
