@@ -164,8 +164,8 @@ def joined(p: Plan, outputs: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tens
     return torch.cat([t.flatten() for t in raws(p, outputs)])
 
 
-def guidance_record(stream: str, chosen: families.Combination | None, per_step: Sequence[tuple[int, list]],
-                    ratios: Sequence[int] | None = None) -> dict[str, Any]:
+def guidance_record(stream: str, chosen: families.Combination | None,
+                    per_step: Sequence[tuple[int, list]]) -> dict[str, Any]:
     """What a stream's case says of its guidance: ``judged`` with the form (the combination that rebuilds the
     engine's ``out`` from its own denoiser outputs) and the steps it does not rebuild (judged by it anyway, so
     they fail on ``e``); or not judged, with why: no form ikdata rebuilds explains the recorded scheduler input
@@ -175,10 +175,9 @@ def guidance_record(stream: str, chosen: families.Combination | None, per_step: 
     if chosen is not None:
         off = [index for index, matches in per_step if all(m.name != chosen.name for m in matches)]
         return {"judged": True, "form": chosen.name, "steps_not_rebuilt": off}
-    shape = f" (denoiser calls per step, as multiples of the latents' batch: {list(ratios)})" if ratios else ""
     return {"judged": False, "form": None,
             "reason": f"guidance not judged (stream {stream!r}): the scheduler's input is not rebuilt from the step's "
-                      f"denoiser outputs by any form ikdata models ({', '.join(families.FORMS)}){shape} at any of "
+                      f"denoiser outputs by any form ikdata models ({', '.join(families.FORMS)}) at any of "
                       f"{len(per_step)} step(s); every denoiser call's output is judged, the guidance combining them "
                       "is not"}
 

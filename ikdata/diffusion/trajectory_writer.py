@@ -192,7 +192,8 @@ def write_trajectory(rec: Any, *, result: Any, error: str | None) -> str:
                   "digest": _noise_digest(rec, noise_streams, check),
                   **({"dtype": str(noise_streams[0][1].dtype)} if noise_streams else {}),
                   "check": check, "reason": rec.noise_reason if not all(check.values()) else None,
-                  **noise_draws.record(rec.draws, rec.stream_draws)},
+                  **(noise_draws.record(rec.draws, rec.stream_draws) if streams and
+                     set(streams) <= set(rec.stream_draws) else {})},
         "model": model,
         "provenance": {k: v for k, v in facts.items() if isinstance(v, (str, int, float, bool)) or v is None},
     }
@@ -437,14 +438,11 @@ def _noise_streams(rec: Any, streams: list[str]) -> list[tuple[str, Any]]:
     skipped, one generator per image joined on the batch), else the k-th draw for the k-th stream."""
     import torch
 
-    if not rec.stream_draws:
+    if not streams or not set(streams) <= set(rec.stream_draws):  # a stream made of no draw: as before, k for k
         return [(s, d) for s, (_, d) in zip(streams, rec.draws)]
     found = []
     for s in streams:
-        indices = rec.stream_draws.get(s)
-        if not indices:
-            break
-        parts = [rec.draws[k][1] for k in indices]
+        parts = [rec.draws[k][1] for k in rec.stream_draws[s]]
         found.append((s, torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]))
     return found
 

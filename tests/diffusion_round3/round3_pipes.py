@@ -42,27 +42,26 @@ def lumina2(*, steps: int = STEPS) -> tuple[Any, dict]:
 
 
 @contextlib.contextmanager
-def wrong_call(pipe: Any, *, step: int, call: int, scale: float = 1.1) -> Iterator[None]:
-    """Every attention output of the denoiser's ``call``-th forward of ``step`` times ``scale``."""
+def wrong_call(pipe: Any, *, step: int, call: int, scale: float = 1.1, calls_per_step: int = 2) -> Iterator[None]:
+    """Every attention output of the denoiser's ``call``-th forward of ``step`` times ``scale`` (Lumina2: two
+    forwards a step)."""
     import torch.nn.functional as F
 
     sdpa = F.scaled_dot_product_attention
-    state = {"forward": 0}
+    forwards = [0]
     inside: list[int] = []
-    per_step = [0]
 
     def scaled(*args: Any, **kwargs: Any) -> Any:
         out = sdpa(*args, **kwargs)
-        return out * scale if inside and state["forward"] == step * per_step[0] + call else out
+        return out * scale if inside and forwards[0] == step * calls_per_step + call else out
 
     def before(*_: Any) -> None:
         inside.append(1)
 
     def after(*_: Any) -> None:
         inside.clear()
-        state["forward"] += 1
+        forwards[0] += 1
 
-    per_step[0] = 2  # Lumina2 and two-call pipelines: two forwards a step
     module = pipe.transformer if getattr(pipe, "transformer", None) is not None else pipe.unet
     hooks = [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
     F.scaled_dot_product_attention = scaled
