@@ -27,9 +27,10 @@ def declare(monkeypatch):
         monkeypatch.setitem(sys.modules, MODULE, module)
         source = Source("testsource", "ikdata_test_source_lib",
                         **{name: f"{MODULE}:{name}_{id(f)}" for name, f in hooks.items()})
-        declared = (*features.features(), Feature("testsource", sources=(source,)))
-        monkeypatch.setattr(features, "features", lambda: declared)
-    return make
+        features.unregister("testsource")  # a test may declare it again
+        features.register(Feature("testsource", sources=(source,)))
+    yield make
+    features.unregister("testsource")
 
 
 def test_a_declared_importer_stages_its_own_format_and_its_calls_left_out_are_listed(declare, validated, tmp_path):

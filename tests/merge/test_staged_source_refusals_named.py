@@ -31,13 +31,13 @@ def staged_as(monkeypatch, tmp_path):
         name = f"importer_{id(own)}"  # a new name per test: "module:function" strings are resolved once
         setattr(module, name, lambda src, definitions: ForeignRead(staged, staged=True) if src == own else None)
         monkeypatch.setitem(sys.modules, MODULE, module)
-        declared = (*features.features(),
-                    Feature("stagedsource", sources=(Source("stagedsource", "ikdata_test_staged_lib",
-                                                            importer=f"{MODULE}:{name}"),)))
-        monkeypatch.setattr(features, "features", lambda: declared)
+        features.unregister("stagedsource")  # a test may declare it again
+        features.register(Feature("stagedsource", sources=(Source("stagedsource", "ikdata_test_staged_lib",
+                                                                  importer=f"{MODULE}:{name}"),)))
         return own
 
-    return make
+    yield make
+    features.unregister("stagedsource")
 
 
 def _refused(src, dst):
