@@ -15,14 +15,17 @@ does not name, which the duplicate-uuid rule compares, so the compiled schema is
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 from typing import Any, Callable, Iterator
 
+import orjson
+
 from ikdata.core import jsonl, schema
+from ikdata.core.paths import open_regular
 from ikdata.core.problems import Problem
 
-BLOCK = 4096  # records checked by one call of the compiled validator
 
 
 @functools.cache
@@ -48,17 +51,57 @@ def valid_blocks(path: str | os.PathLike, kind: str, problems: list[Problem], *,
     record reports them (a block's problems land before the block is yielded). ``convert`` maps each
     record before it is checked (the seed layout's receipts)."""
     check_block = _block_validator(kind)
-    read: list[Problem] = []  # the reader's own problems (malformed, torn), merged by line with the schema's
-    block: list[tuple[int, Any]] = []
-    for number, record in jsonl.iter_records(path, read, display=display, dataset=dataset):
-        block.append((number, record if convert is None else convert(record)))
-        if len(block) >= BLOCK:
-            yield _checked(block, kind, check_block, read, problems, display)
-            block, read = [], []
-    if block or read:
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    for first, lines, read in _line_blocks(path, display, dataset):
+        try:  # the common block: every line one JSON value, parsed by one comprehension
+            records = [loads(raw) for raw in lines]
+            block = list(zip(range(first, first + len(lines)), records))
+        except decode_error:
+            block = []
+            for number, raw in enumerate(lines, first):
+                try:
+                    block.append((number, loads(raw)))
+                except decode_error as exc:
+                    if raw.strip():
+                        read.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object per line",
+                                            number, code="malformed-json"))
+            read.sort(key=lambda p: p.line or 0)
+        if convert is not None:
+            block = [(number, convert(record)) for number, record in block]
         found = _checked(block, kind, check_block, read, problems, display)
         if found:
             yield found
+
+
+def _line_blocks(path: str | os.PathLike, display: str,
+                 dataset: str | os.PathLike | None) -> Iterator[tuple[int, list[bytes], list[Problem]]]:
+    """(first line number, whole lines, problems) per block of :data:`ikdata.core.jsonl.READ_BLOCK` bytes, read
+    as :func:`ikdata.core.jsonl.iter_records` reads (the size taken under a shared lock, appends after it
+    unseen); the torn last line (no newline) is a problem of the last block, never a line."""
+    number = 0
+    carry = b""
+    with open(open_regular(path), "rb") as stream:
+        fcntl.flock(stream.fileno(), fcntl.LOCK_SH)
+        try:
+            left = os.fstat(stream.fileno()).st_size
+        finally:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
+        while left > 0:
+            block = stream.read(min(jsonl.READ_BLOCK, left))
+            if not block:
+                break  # cut short by a truncation since: what was read is what there is
+            left -= len(block)
+            data = carry + block if carry else block
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            lines = data[:cut].split(b"\n")
+            lines.pop()
+            del data, block
+            if lines:
+                yield number + 1, lines, []
+                number += len(lines)
+    if carry:  # no newline at the end: a torn last line, never parsed
+        yield number + 1, [], [jsonl._torn_line(display, number + 1, dataset)]
 
 
 def _checked(block: list[tuple[int, Any]], kind: str, check_block: Callable[[list], bool] | None,
@@ -79,4 +122,4 @@ def _checked(block: list[tuple[int, Any]], kind: str, check_block: Callable[[lis
     return kept
 
 
-__all__ = ["BLOCK", "valid_blocks"]
+__all__ = ["valid_blocks"]

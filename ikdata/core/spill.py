@@ -277,11 +277,40 @@ class RecordList:
         self._memory.extend(values)
         self._count += 1
         if len(self._memory) >= self._limit:
-            if self._file is None:
-                SPILLS[0] += 1
-                self._file = open(os.path.join(self._folder.make(), "records.bin"), "w+b")
-            self._memory.tofile(self._file)
-            self._memory = array("q")
+            self._move()
+
+    def extend(self, values: "list[int] | array") -> None:
+        """Append many records at once: ``values`` holds ``width`` integers per record, flat (one call for a block
+        of rows instead of one per record)."""
+        self._memory.extend(values)
+        self._count += len(values) // self.width
+        if len(self._memory) >= self._limit:
+            self._move()
+
+    def _move(self) -> None:
+        """The records in memory moved to the end of the temporary file (made on the first move)."""
+        if self._file is None:
+            SPILLS[0] += 1
+            self._file = open(os.path.join(self._folder.make(), "records.bin"), "w+b")
+        self._memory.tofile(self._file)
+        self._memory = array("q")
+
+    def blocks(self) -> Iterator[array]:
+        """Every record in order, as flat arrays of ``width`` integers per record (a chunk at a time from disk):
+        what set operations over all records read, with no tuple made per record."""
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+            chunk = max(self.width, (self._limit // self.width) * self.width)
+            while True:
+                block = array("q")
+                block.frombytes(self._file.read(chunk * block.itemsize))
+                if not block:
+                    break
+                yield block
+            self._file.seek(0, os.SEEK_END)
+        if self._memory:
+            yield self._memory
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
         width = self.width

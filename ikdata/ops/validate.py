@@ -289,6 +289,8 @@ def _check_workloads(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.
     rows_get = rows_by_uuid.get
     records, refs = uses._records, uses._refs
     ref_ids, new_ref = refs._ids, refs.id
+    flat: list[int] = []  # a block's uses (site, line, ref), appended to the records at once
+    push = flat.extend
     sites: dict[tuple, int | None] = {}  # (file, definition, input, axes) -> its use site, None: not a tensor use
     for path in ds.workload_files():
         display = ds.rel(path)
@@ -322,6 +324,8 @@ def _check_workloads(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.
                         clean_layouts.add(layout)
                 for input_name, raw in inputs.items():
                     if raw["type"] != "safetensors":
+                        records.extend(flat)  # the slow path adds its use itself: the order stays the rows'
+                        flat.clear()
                         _check_input(ds, definition, workload, input_name, raw, display, line, problems, uses,
                                      randoms, shapes, axes_items)
                         continue
@@ -336,12 +340,16 @@ def _check_workloads(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.
                     except TypeError:  # an axis value that is not hashable: no site remembered
                         site = _site(definition, input_name, display, uses, shapes, axes_items)
                     if site is None:  # not an input of the definition, or a scalar one: said the slow way
+                        records.extend(flat)
+                        flat.clear()
                         _check_input(ds, definition, workload, input_name, raw, display, line, problems, uses,
                                      randoms, shapes, axes_items)
                         continue
                     pair = (raw["path"], raw["tensor_key"])
                     ref = ref_ids.get(pair)
-                    records.append(site, line, new_ref(pair) if ref is None else ref)
+                    push((site, line, new_ref(pair) if ref is None else ref))
+            records.extend(flat)
+            flat.clear()
 
 
 def _site(definition: Definition, name: str, display: str, uses: _Uses, shapes: _Shapes,
@@ -390,6 +398,8 @@ def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.U
     rows_get = rows_by_uuid.get
     records, refs = uses._records, uses._refs
     ref_ids, new_ref = refs._ids, refs.id
+    flat: list[int] = []  # a block's uses (site, line, ref), appended to the records at once
+    push = flat.extend
     sites: dict[tuple, int] = {}  # (file, definition, output, axes) -> its use site
     for path in ds.receipt_files():
         source = ds.rel(path)
@@ -439,7 +449,9 @@ def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.U
                         sites[where] = site
                     pair = (raw["path"], raw["tensor_key"])
                     ref = ref_ids.get(pair)
-                    records.append(site, line, new_ref(pair) if ref is None else ref)
+                    push((site, line, new_ref(pair) if ref is None else ref))
+            records.extend(flat)
+            flat.clear()
 
 # The record kinds validate reads with readers of its own, which check their schema and what they name.
 _OWN_READERS = ("definition", "workload", "receipt", "validation", "report")
@@ -683,43 +695,64 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
     report.blobs_checked = len(readable) + packed
     if ds.layout == "ikdata":
         _check_canonical(entries, problems)
+    # Each distinct (site, blob ref) pair is checked once (a set per block of records, built in C); only the
+    # pairs that fail are walked again, use by use in order, to name every line that uses them.
+    sites, refs = uses._sites.values, uses._refs.values
+    verdicts: dict[tuple[int, int], bool] = {}
+    failed: set[tuple[int, int]] = set()
+    for block in uses._records.blocks():
+        for pair in set(zip(block[0::3], block[2::3])):
+            if pair in verdicts:
+                continue
+            bad = bool(_use_problems(sites[pair[0]], None, refs[pair[1]], files, entries, set()))
+            if bad:
+                failed.add(pair)
+            if len(verdicts) > 1 << 18:
+                verdicts.clear()
+            verdicts[pair] = bad
+    if not failed:
+        return
     reported_files: set[str] = set()
-    matched: set[tuple] = set()  # (site, ref) pairs already found to match: most uses repeat one
-    for site, line, ref in uses.raw():
-        if (site, ref) in matched:
-            continue
-        path = files.get(ref.path)
-        if path is None:
-            continue
-        where, pointer, dtype, shape, context = site
-        found = entries.get(ref.path)
-        if found is None:
-            problems.append(Problem(where, f"blob {ref.path} does not exist; {context} needs it",
-                                    line, pointer + "/path", "missing-blob"))
-            continue
-        if isinstance(found, str):
-            if ref.path not in reported_files:
-                reported_files.add(ref.path)
-                problems.append(Problem(ref.path, f"unreadable safetensors file: {found}", code="bad-blob"))
-            problems.append(Problem(where, f"blob {ref.path} is unreadable ({context})",
-                                    line, pointer + "/path", "bad-blob"))
-            continue
-        entry = next((e for e in found if e.key == ref.tensor_key), None)
-        if entry is None:
-            problems.append(Problem(where, f"blob {ref.path} has no tensor {ref.tensor_key!r}; it holds "
-                                    f"{[e.key for e in found]}", line, pointer + "/tensor_key", "missing-key"))
-            continue
-        ok = True
-        if dtype and entry.dtype != dtype:
-            ok = False
-            problems.append(Problem(where, f"blob {ref.path} holds {entry.dtype}, expected {dtype} "
-                                    f"({context})", line, pointer, "dtype-mismatch"))
-        if shape is not None and tuple(entry.shape) != tuple(shape):
-            ok = False
-            problems.append(Problem(where, f"blob {ref.path} has shape {list(entry.shape)}, expected "
-                                    f"{list(shape)} ({context})", line, pointer, "shape-mismatch"))
-        if ok and len(matched) < 1 << 16:
-            matched.add((site, ref))
+    for block in uses._records.blocks():
+        for i in range(0, len(block), 3):
+            site, line, ref = block[i], block[i + 1], block[i + 2]
+            if (site, ref) in failed:
+                problems += _use_problems(sites[site], None if line < 0 else line, refs[ref], files, entries,
+                                          reported_files)
+
+
+def _use_problems(site: tuple, line: int | None, ref: tuple[str, str], files: dict[str, str | None],
+                  entries: dict, reported_files: set[str]) -> list[Problem]:
+    """What is wrong with one tensor use (site: file, pointer, dtype, shape, context; ref: blob path and tensor
+    key) given the blobs' header entries: a missing or unreadable blob, a missing key, another dtype or shape.
+    An unreadable blob is also said once by its own path (``reported_files`` remembers it)."""
+    ref_path, tensor_key = ref
+    if files.get(ref_path) is None:  # a path the path rule refused: said where it was refused
+        return []
+    where, pointer, dtype, shape, context = site
+    found = entries.get(ref_path)
+    if found is None:
+        return [Problem(where, f"blob {ref_path} does not exist; {context} needs it", line, pointer + "/path",
+                        "missing-blob")]
+    if isinstance(found, str):
+        said = []
+        if ref_path not in reported_files:
+            reported_files.add(ref_path)
+            said.append(Problem(ref_path, f"unreadable safetensors file: {found}", code="bad-blob"))
+        said.append(Problem(where, f"blob {ref_path} is unreadable ({context})", line, pointer + "/path", "bad-blob"))
+        return said
+    entry = next((e for e in found if e.key == tensor_key), None)
+    if entry is None:
+        return [Problem(where, f"blob {ref_path} has no tensor {tensor_key!r}; it holds {[e.key for e in found]}",
+                        line, pointer + "/tensor_key", "missing-key")]
+    said = []
+    if dtype and entry.dtype != dtype:
+        said.append(Problem(where, f"blob {ref_path} holds {entry.dtype}, expected {dtype} ({context})",
+                            line, pointer, "dtype-mismatch"))
+    if shape is not None and tuple(entry.shape) != tuple(shape):
+        said.append(Problem(where, f"blob {ref_path} has shape {list(entry.shape)}, expected {list(shape)} "
+                            f"({context})", line, pointer, "shape-mismatch"))
+    return said
 
 
 _Checked = "tuple[tuple[TensorEntry, ...], str | None] | str"
