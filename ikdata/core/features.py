@@ -24,7 +24,7 @@ import importlib
 import inspect
 import os
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Any, Callable, Iterable, Iterator

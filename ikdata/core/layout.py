@@ -31,7 +31,7 @@ from pathlib import Path
 
 import orjson
 
-from ikdata.core import jsonl, manifest
+from ikdata.core import features, jsonl, manifest
 from ikdata.core.dataset import IKDATA, RECEIPTS, Dataset, detect_layout
 from ikdata.core.digest import line_prefix_digests
 from ikdata.core.errors import FileSystemError, ProblemsFound, RecordError, UsageError
@@ -244,7 +244,7 @@ def _grew_from(path: Path, digest: str) -> bool:
 
 # The record folders of JSON Lines files whose torn and malformed lines repair sets aside: every kind of one
 # record per line kept in a folder (workload rows, capture census, a family's trajectories).
-_LINE_FOLDERS = tuple(dict.fromkeys(k.top for k in KINDS if k.folder and k.suffix == ".jsonl"))
+_LINE_FOLDERS = features.Live(lambda: tuple(dict.fromkeys(k.top for k in KINDS if k.folder and k.suffix == ".jsonl")))
 
 
 # -- repair -----------------------------------------------------------------------------------------
