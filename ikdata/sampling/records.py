@@ -124,9 +124,11 @@ def record_logits(logits: np.ndarray, settings: Settings, drawn: np.ndarray, see
                               | (extras.frequency_penalty != 0))
     blocks = list(kept_blocks(logits, judged.kept, settings.temperature, np.flatnonzero(wanted), warped.kept_ids,
                               warped.kept_probs))  # each judged row's kept distribution, read once for both
-    found = strata(extras, np.asarray(drawn, np.int64), drawn_ok, logits.shape[1], blocks) if extras is not None else {}
-    cut = np.flatnonzero(drawn_ok & (settings.top_p < 1) & ~wanted)  # top-p rows the blocks above did not read
-    found.update(top_p_stratum(settings.top_p, np.asarray(drawn, np.int64), drawn_ok, itertools.chain(blocks, kept_blocks(
+    aimed_ok = drawn_ok.copy()  # a draw replayed from its seed is judged exactly: its noise may be shared (seeded)
+    aimed_ok[list(replayed)] = False
+    found = strata(extras, np.asarray(drawn, np.int64), aimed_ok, logits.shape[1], blocks) if extras is not None else {}
+    cut = np.flatnonzero(aimed_ok & (settings.top_p < 1) & ~wanted)  # top-p rows the blocks above did not read
+    found.update(top_p_stratum(settings.top_p, np.asarray(drawn, np.int64), aimed_ok, itertools.chain(blocks, kept_blocks(
         logits, judged.kept, settings.temperature, cut, warped.kept_ids, warped.kept_probs) if len(cut) else ())))
     if found:
         record["aimed"] = found  # the positions and tokens a penalty or a top-p cut touches, tested on their own
