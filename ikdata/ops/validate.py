@@ -175,7 +175,7 @@ def validate(ds: Dataset | str | os.PathLike, *, deep: bool = False, jobs: int |
         raise UsageError(f"--jobs {jobs!r}: expected a whole number of threads, 1 or more")
     ds = Dataset.open(ds)  # a path or a Dataset alike
     report = ValidationReport(deep=deep)
-    prehash = _Prehash(ds, jobs, progress) if deep else None  # hashes blobs while the records are checked
+    prehash = _prehash(ds, jobs, progress) if deep else None  # hashes blobs while the records are checked
     # Per-row state (each uuid's row and first receipt, each tensor use) moves to temporary files past the spill
     # threshold (ikdata.core.spill), so memory stays bounded at 10M rows; results are the same.
     rows, first_receipts, uses = spill.UuidMap(), spill.UuidMap(), _Uses()
@@ -188,6 +188,62 @@ def validate(ds: Dataset | str | os.PathLike, *, deep: bool = False, jobs: int |
         first_receipts.close()
         uses.close()
     return report
+
+
+PROCESS_ENV = "IKDATA_REHASH_PROCESS"  # 1: rehash in a process of its own always, 0: never; unset: past PROCESS_FROM
+PROCESS_FROM = 2 << 20  # receipts.jsonl bytes (about 8,000 receipts) from which a process pays for its start
+
+
+def _prehash(ds: Dataset, jobs: int | None, progress: ProgressCallback | None) -> "_Prehash | _ProcessPrehash":
+    """The blobs rehashed from the start of a deep validation: in a process of its own for a large dataset
+    (both cores busy: :mod:`ikdata.core.rehash_process`), on threads of this one for a small one."""
+    chosen = os.environ.get(PROCESS_ENV, "")
+    if chosen == "1" or (chosen != "0" and _size(ds.root / "receipts.jsonl") >= PROCESS_FROM):
+        try:
+            return _ProcessPrehash(ds, jobs, progress)
+        except OSError:  # no process can be started here: threads
+            pass
+    return _Prehash(ds, jobs, progress)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+class _ProcessPrehash:
+    """:class:`_Prehash`'s contract, kept by a child process (:class:`ikdata.core.rehash_process.RehashProcess`)
+    that scans and rehashes every regular file under ``blob/``; links are left to the foreground as there."""
+
+    def __init__(self, ds: Dataset, jobs: int | None, progress: ProgressCallback | None = None) -> None:
+        from ikdata.core.rehash_process import RehashProcess
+
+        inside = ds.paths.refusal("blob") is None  # blob/ is not a link out of the dataset: its files are read
+        report = (lambda done, total: progress(Progress("rehash", done, total))) if progress else None
+        self._child = RehashProcess(str(ds.root), jobs or os.cpu_count() or 1, inside, report)
+
+    @property
+    def stored(self) -> dict[str, int]:
+        return self._child.scanned()[0]
+
+    @property
+    def paths(self) -> list[str]:
+        return self._child.scanned()[1]
+
+    def wait(self) -> dict[str, _Checked]:
+        found = self._child.wait()
+        if self._child.error is not None:
+            raise StoreError(f"blob/: the rehash process failed: {self._child.error}")
+        shared = _ENTRIES.setdefault
+        for rel, check in found.items():  # equal header entries shared: one small entry per blob
+            if not isinstance(check, str) and len(_ENTRIES) < 1 << 16:
+                found[rel] = (shared(check[0], check[0]), check[1])
+        return found
+
+    def cancel(self) -> None:
+        self._child.cancel()
 
 
 class _Prehash:
@@ -762,17 +818,12 @@ _ENTRIES: dict[tuple, tuple] = {}
 def _checked(rel: str, check: BlobCheck) -> _Checked:
     """What validate keeps of one rehash, small (one per blob, held until the uses are checked): the
     error, or the entries (equal ones shared) and why the digest disagrees with the name, if it does."""
-    if check.error:
-        return check.error
-    found = _ENTRIES.setdefault(check.entries, check.entries) if len(_ENTRIES) < 1 << 16 else check.entries
-    expected = digest_from_path(rel)
-    if expected and len(check.digests) != 1:
-        return found, (f"holds {len(check.digests)} tensors {[e.key for e in check.entries]}, but its name is "
-                       f"the digest of one tensor ({expected}); the file was altered: restore it from its source")
-    if expected and check.digests[0] != expected:
-        return found, (f"content digest is {check.digests[0]}, but the file is named by {expected}: the blob is "
-                       "corrupt; restore it from its source")
-    return found, None
+    from ikdata.core.rehash_process import summary
+
+    found = summary(rel, check)
+    if isinstance(found, str) or len(_ENTRIES) >= 1 << 16:
+        return found
+    return _ENTRIES.setdefault(found[0], found[0]), found[1]
 
 
 def _context_problems(ds: Dataset, contexts: dict[str, tuple[str, int | None]]) -> list[Problem]:

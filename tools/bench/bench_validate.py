@@ -14,8 +14,16 @@ activation A[M, 512] bf16 and an output C[M, 1024] bf16 with M drawn uniformly
 from 1..32 (1-64 KiB each), plus one of 24 shared weights W[1024, 512] bf16 (1 MiB,
 deduplicated). Files are warm in the page cache for every measurement.
 
+With ``--rows N`` it measures instead ``validate --deep`` against the machine's limit at N rows (the
+``scale_gen.py`` dataset: N rows, N receipts, N/4 blobs): the limit is stdlib ``json.loads`` of every
+JSONL line on one thread plus ``sha256`` of every blob byte on every core, measured in the same run;
+``validate --deep`` runs in a child process (its own peak RSS) in memory and on the on-disk (spill) path
+(``IKDATA_SPILL_ROWS`` below N), and, with ``--compare CHECKOUT``, the same from another ikdata checkout
+(the code before a change, timed under the same load).
+
 Usage:
     .venv/bin/python tools/bench/bench_validate.py [--workloads 10000] [--dir PATH] [--jobs N] [--repeat 3] [--smoke]
+    .venv/bin/python tools/bench/bench_validate.py --rows 200000 [--spill-rows 50000] [--compare CHECKOUT]
 """
 
 from __future__ import annotations
@@ -157,6 +165,83 @@ def sweep(root: Path, jobs: int, repeat: int, baseline: float) -> None:
         print(f"  {kib:8d} | {rate / 1e9:11.2f} | {100 * rate / baseline:19.1f}% | {100 * t_floor / t_verify:22.1f}%")
 
 
+_CHILD = r"""
+import json, resource, sys, time
+start = time.perf_counter()
+import ikdata
+report = ikdata.validate(ikdata.open(sys.argv[1]), deep=True, jobs=int(sys.argv[2]))
+seconds = time.perf_counter() - start
+assert report.ok, [str(p) for p in report.problems[:5]]
+cpu = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"seconds": seconds, "cpu": cpu.ru_utime + cpu.ru_stime, "rss_mb": cpu.ru_maxrss / 1024,
+                  "mods": sorted(m for m in ("numpy", "torch", "jsonschema", "msgspec") if m in sys.modules)}))
+"""
+
+
+def _deep_child(root: Path, jobs: int, *, spill: int | None = None, checkout: Path | None = None) -> dict:
+    """``validate --deep`` (imports included) in a fresh process: seconds, CPU seconds, peak RSS."""
+    env = {**os.environ, "IKDATA_PROGRESS_INTERVAL": "3600"}
+    env.pop("IKDATA_SPILL_ROWS", None)
+    if spill is not None:
+        env["IKDATA_SPILL_ROWS"] = str(spill)
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(root), str(jobs)], capture_output=True, text=True,
+                          env=env, cwd=str(checkout) if checkout else None)
+    if proc.returncode != 0:
+        raise SystemExit(f"validate --deep failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def limit(root: Path, jobs: int) -> tuple[float, float, float, int, int]:
+    """The machine's limit for a deep validation of ``root``: stdlib json.loads of every JSONL line (one
+    thread) plus sha256 of every blob byte at the single-thread rate times ``jobs`` cores; returns
+    (total, loads seconds, hash seconds, lines, blob bytes)."""
+    loads, lines = json.loads, 0
+    start = time.perf_counter()
+    for path in sorted((root / "workloads").rglob("*.jsonl")) + [root / "receipts.jsonl"]:
+        with open(path, "rb") as stream:
+            for line in stream:
+                loads(line)
+                lines += 1
+    loads_time = time.perf_counter() - start
+    total = sum(os.stat(os.path.join(folder, name)).st_size
+                for folder, _, names in os.walk(root / "blob") for name in names)
+    rate = hashlib_single(np.random.default_rng(1).bytes(64 << 20), 3)
+    hash_time = total / (rate * jobs)
+    return loads_time + hash_time, loads_time, hash_time, lines, total
+
+
+def at_the_limit(rows: int, jobs: int, repeat: int, spill: int, compare: Path | None, folder: Path) -> None:
+    """``validate --deep`` at ``rows`` rows against the limit, in memory and on the on-disk path."""
+    from scale_gen import ensure
+
+    root = folder / f"rows-{rows}"
+    start = time.perf_counter()
+    made = ensure(root, rows)
+    print(f"dataset {root}: {rows:,} rows ({'generated' if made else 'cached'}, {time.perf_counter() - start:.1f} s)")
+    warm(blob_files(root))
+    runs = [("in memory", None, None), (f"on disk (spill past {spill:,})", spill, None)]
+    if compare is not None:
+        runs += [(f"{compare.name}: in memory", None, compare), (f"{compare.name}: on disk", spill, compare)]
+    best: dict[str, dict] = {}
+    base = float("inf")
+    for _ in range(repeat):  # the limit and every run interleaved: a shared machine's load moves all alike
+        total, loads_time, hash_time, lines, size = limit(root, jobs)
+        if total < base:
+            base = total
+            print(f"limit: json.loads of {lines:,} lines {loads_time:.2f} s + sha256 of {size / 1e6:.0f} MB on "
+                  f"{jobs} cores {hash_time:.2f} s = {total:.2f} s  (load {load_average()})", flush=True)
+        for label, spill_rows, checkout in runs:
+            got = _deep_child(root, jobs, spill=spill_rows, checkout=checkout)
+            if label not in best or got["seconds"] < best[label]["seconds"]:
+                best[label] = got
+    for label, _, _ in runs:
+        got = best[label]
+        print(f"validate --deep, {label:32s} {got['seconds']:7.2f} s = {got['seconds'] / base:5.2f}x the limit  "
+              f"(CPU {got['cpu']:.2f} s, peak RSS {got['rss_mb']:.0f} MB, loaded: {', '.join(got['mods']) or '-'})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=int, default=10_000)
@@ -166,10 +251,19 @@ def main() -> None:
     parser.add_argument("--no-cli", action="store_true", help="skip the subprocess run of the CLI")
     parser.add_argument("--sweep", action="store_true", help="also measure the verify path per blob size")
     parser.add_argument("--smoke", action="store_true", help="200 workloads, one repeat, no CLI: a few seconds")
+    parser.add_argument("--rows", type=int, default=None, help="measure validate --deep against the limit at N rows")
+    parser.add_argument("--spill-rows", type=int, default=None, help="IKDATA_SPILL_ROWS of the on-disk run "
+                        "(default: a quarter of --rows)")
+    parser.add_argument("--compare", type=Path, default=None, help="another ikdata checkout to time alike")
     args = parser.parse_args()
     if args.smoke:
         args.workloads, args.repeat, args.no_cli, args.sweep = 200, 1, True, False
     print(f"load average before: {load_average()} on {os.cpu_count()} cores")
+    if args.rows is not None:
+        folder = args.dir or Path(os.environ.get("TMPDIR", "/tmp")) / "ikdata-bench-validate-limit"
+        at_the_limit(args.rows, args.jobs, args.repeat, args.spill_rows or max(1, args.rows // 4), args.compare,
+                     folder)
+        return
 
     import ikdata
     from ikdata.core.store import rehash_files
