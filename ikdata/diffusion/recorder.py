@@ -318,10 +318,14 @@ class TrajectoryRecorder:
 
         denoiser = denoisers.denoiser_of(self.pipe)
         components = getattr(self.pipe, "components", None)
-        for name, module in (components.items() if isinstance(components, dict) else ()):
-            if module is None or module is denoiser or not hasattr(module, "register_forward_hook") or \
-                    "ModelMixin" not in {c.__name__ for c in type(module).__mro__}:
-                continue
+        helpers = [(name, module) for name, module in (components.items() if isinstance(components, dict) else ())
+                   if module is not None and module is not denoiser and hasattr(module, "register_forward_hook") and
+                   ("ModelMixin" in {c.__name__ for c in type(module).__mro__} or name == "image_encoder")]
+        projection = getattr(denoiser, "encoder_hid_proj", None)  # IP-Adapter's image projection, inside the denoiser
+        if projection is not None and "IPAdapter" in type(projection).__name__ and \
+                hasattr(projection, "register_forward_hook"):
+            helpers.append((f"{_component_name(self.pipe, denoiser)}.encoder_hid_proj", projection))
+        for name, module in helpers:
             self.helper_handles.append(module.register_forward_hook(
                 lambda m, a, o, name=name: self.helper_calls.append(
                     (name, type(m).__name__, self.counts.get(self.main_name, 0)))))
@@ -478,6 +482,13 @@ def _scheduler_step_definition(sched: Any, args: tuple, kwargs: dict, timestep: 
     else:
         skipped["scheduler_step"] = f"no shipped step definition for {type(sched).__name__}"
     return None
+
+
+def _component_name(pipe: Any, module: Any) -> str:
+    """The pipeline component name of ``module`` (``unet``, ``transformer``), else its class name."""
+    components = getattr(pipe, "components", None)
+    found = [n for n, m in (components.items() if isinstance(components, dict) else ()) if m is module]
+    return found[0] if found else type(module).__name__
 
 
 def _cast_between(x_next: Any, sample: Any) -> Any:

@@ -73,7 +73,7 @@ def judge(ctx: Context, traj: traj_mod.Trajectory) -> Case:
         return case.with_(status=Status.ERROR, reason=reason, error=traceback.format_exc(),
                           seconds=time.perf_counter() - started,
                           records={TRAJECTORY: {"k": settings.k, "eps": settings.eps, "steps": [],
-                                                "workloads": workloads,
+                                                "workloads": workloads, "unjudged": _unjudged(traj.record),
                                                 "attention": {"reference": settings.reference_attention,
                                                               "alt": settings.alt_attention}}})
     measures["workloads"] = workloads
@@ -83,6 +83,12 @@ def judge(ctx: Context, traj: traj_mod.Trajectory) -> Case:
                     steps_passed=verdict["steps_passed"], steps_total=verdict["steps_total"])
     return case.with_(status=Status(verdict["status"]), records={TRAJECTORY: measures},
                       seconds=time.perf_counter() - started, reason=_reason(verdict, measures))
+
+
+def _unjudged(record: Mapping[str, Any]) -> list[str]:
+    """The helper models that ran and are not judged (``unjudged`` of the trajectory), as the case names them."""
+    return [f"{u.get('class')} ({u.get('component')}) called {u.get('calls')} time(s), at step(s) "
+            f"{', '.join(map(str, u.get('steps') or []))}" for u in record.get("unjudged") or [] if isinstance(u, dict)]
 
 
 def _reason(verdict: Mapping[str, Any], measures: dict[str, Any]) -> str | None:

@@ -227,3 +227,34 @@ def kandinsky3(*, steps: int = STEPS) -> tuple[Any, dict]:
     return pipe, dict(prompt_embeds=_embeds(1, 6, 32), negative_prompt_embeds=_embeds(1, 6, 32, seed=3),
                       attention_mask=mask, negative_attention_mask=mask, height=64, width=64,
                       num_inference_steps=steps, guidance_scale=3.0, generator=_gen(17), output_type="latent")
+
+
+def sd_ip_adapter(*, folder: Any, steps: int = 3) -> tuple[Any, dict]:
+    """StableDiffusionPipeline with an IP-Adapter loaded (random weights written as a safetensors file in ``folder``
+    and loaded by ``load_ip_adapter``), called with image embeddings: its projection runs inside the UNet at every
+    step."""
+    from pathlib import Path
+
+    import torch
+    from diffusers import EulerDiscreteScheduler, StableDiffusionPipeline
+    from safetensors.torch import save_file
+
+    unet = _sd_unet()
+    pipe = StableDiffusionPipeline(vae=None, text_encoder=None, tokenizer=None, unet=unet,
+                                   scheduler=EulerDiscreteScheduler(num_train_timesteps=100, steps_offset=1),
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    g = _gen(41)
+    weights = {"image_proj.proj.weight": torch.randn(64, 8, generator=g), "image_proj.proj.bias": torch.zeros(64),
+               "image_proj.norm.weight": torch.ones(16), "image_proj.norm.bias": torch.zeros(16)}
+    for i, name in enumerate(unet.attn_processors):  # the key and value projections of every cross-attention
+        if name.endswith("attn2.processor"):
+            hidden = unet.get_submodule(name.rsplit(".processor", 1)[0]).to_q.out_features
+            weights[f"ip_adapter.{i}.to_k_ip.weight"] = torch.randn(hidden, 16, generator=g) * 0.1
+            weights[f"ip_adapter.{i}.to_v_ip.weight"] = torch.randn(hidden, 16, generator=g) * 0.1
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(Path(folder) / "ip.safetensors"))
+    pipe.load_ip_adapter(folder, subfolder="", weight_name="ip.safetensors", image_encoder_folder=None)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, dict(prompt_embeds=_embeds(1, 6, 16), negative_prompt_embeds=_embeds(1, 6, 16, seed=3), height=64,
+                      width=64, num_inference_steps=steps, guidance_scale=4.0,
+                      ip_adapter_image_embeds=[_embeds(2, 1, 8, seed=4)], generator=_gen(14), output_type="latent")
