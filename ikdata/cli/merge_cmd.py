@@ -75,10 +75,11 @@ def import_(src: Annotated[str, typer.Argument(help="Validated dataset to import
     o = out.Output(json=json_, quiet=quiet)
     trust = check_trusted_digests(trust)
     src, dst = _import_folders(src, dst)
-    if src.suffix == ".jsonl" and src.is_file():  # OpenAI-compatible completions -> sampling workloads
-        from ikdata.sampling.completions import import_completions
+    from ikdata.core.features import file_importer
 
-        found = import_completions(src, dst, dry_run=dry_run, engine=engine)
+    reader = file_importer(src) if src.is_file() else None  # a file a feature reads (completions -> sampling)
+    if reader is not None:
+        found = reader(src, dst, dry_run=dry_run, engine=engine)
         o.result(found.to_dict(), lambda: out.info(found.summary()))
         return
     if engine is not None:

@@ -246,10 +246,41 @@ class Source:
 
 
 @dataclass(frozen=True)
+class FileImport:
+    """A file format ``ikdata import`` reads into a dataset by its suffix (a server's completions log).
+
+    Attributes:
+        suffix: the file name's ending (``".jsonl"``).
+        importer: ``f(src, dst, *, dry_run, engine)``: writes its records into DST; an object with ``to_dict()``
+            and ``summary()``.
+        what: what a user calls such a file ("an OpenAI-style completions log").
+    """
+
+    suffix: str
+    importer: str
+    what: str
+
+
+FILE_IMPORT_CALL = (("src", "dst"), ("dry_run", "engine"))
+
+
+def file_importer(path: str | os.PathLike) -> Callable[..., Any] | None:
+    """The declared importer of a file named like ``path`` (the first feature declaring its suffix), checked
+    against its call; None when no registered feature reads such a file."""
+    name = Path(path).name
+    for feature in features():
+        for reads in feature.file_imports:
+            if name.endswith(reads.suffix):
+                return _checked(reads.importer, f"feature {feature.name!r}", "file_imports", FILE_IMPORT_CALL)
+    return None
+
+
+@dataclass(frozen=True)
 class Feature:
     """What one feature package brings: its record kinds, its judge family, its capture sources; the schemas in
     ``schemas/`` it reads besides its kinds' (``schemas``: a foreign format's, FlashInfer's calls), and the
-    ``ikdata`` commands that are its own (``commands``: offered only while it is registered)."""
+    ``ikdata`` commands that are its own (``commands``: offered only while it is registered), and the files
+    ``ikdata import`` reads through it by their suffix (``file_imports``)."""
 
     name: str
     kinds: tuple[RecordKind, ...] = ()
@@ -257,6 +288,7 @@ class Feature:
     sources: tuple[Source, ...] = ()
     schemas: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
+    file_imports: tuple[FileImport, ...] = ()
 
 
 # The call every path makes of each hook: (positional arguments, keyword arguments).
@@ -430,6 +462,7 @@ def _declaration_problems(feature: Feature, held: list[Feature]) -> list[str]:
         if any(s.name == source.name for f in held for s in f.sources):
             found.append(f"source {source.name!r}: a source of that name is registered already")
         hooks_of += [(f"source {source.name!r}'s {name}", getattr(source, name)) for name in SOURCE_CALLS]
+    hooks_of += [(f"file import {reads.suffix!r}'s importer", reads.importer) for reads in feature.file_imports]
     for where, spec in hooks_of:
         if spec is not None and not _is_hook_string(spec, module_only=where.endswith("'s hooks")):
             found.append(f"{where} is {spec!r}; expected " + ("a module name" if where.endswith("'s hooks")
@@ -559,6 +592,6 @@ def resolve(spec: str | None) -> Callable[..., Any] | None:
     return getattr(importlib.import_module(module), function)
 
 
-__all__ = ["FAMILY_CALLS", "Family", "Feature", "Live", "Option", "RecordKind", "SOURCE_CALLS", "Source", "commands",
-           "families", "features", "held_families", "hooks", "kinds", "loaded_engine", "options", "provide", "register",
+__all__ = ["FAMILY_CALLS", "FILE_IMPORT_CALL", "Family", "Feature", "FileImport", "Live", "Option", "RecordKind", "SOURCE_CALLS", "Source", "commands",
+           "families", "features", "file_importer", "held_families", "hooks", "kinds", "loaded_engine", "options", "provide", "register",
            "registered", "resolve", "schemas", "source", "sources", "unregister", "unregistered"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ikdata.core.features import Family, Feature, Source
+from ikdata.core.features import Family, Feature, FileImport, Source
 
 FEATURE = Feature(
     "sampling",
@@ -12,4 +12,6 @@ FEATURE = Feature(
                   figures="ikdata.sampling.report_figures:figures", judges=("sampling",)),
     sources=(Source("transformers", "transformers", order="hf", hooks="ikdata.sampling.capture",
                     models=("transformers", "transformers_modules")),),
+    file_imports=(FileImport(".jsonl", "ikdata.sampling.completions:import_completions",
+                             "an OpenAI-style completions log"),),  # server draws -> sampling workloads
 )

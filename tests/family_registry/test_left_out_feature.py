@@ -78,3 +78,17 @@ def test_every_shipped_hook_takes_the_call_every_path_makes():
         checked += [(source.name, name) for name in SOURCE_CALLS if name != "hooks" and source.hook(name) is not None]
     assert ("diffusion", "settle") in checked and ("sampling", "execute") in checked
     assert ("flashinfer", "importer") in checked
+
+
+def test_sampling_left_out_takes_the_completions_import_with_it(tmp_path):
+    """``ikdata import LOG.jsonl`` reads a completions log through sampling's declaration (``file_imports``), so
+    without sampling the file is read as nothing of its."""
+    log = tmp_path / "draws.jsonl"
+    log.write_text('{"x": 1}\n')
+    read = _cli("import", str(log), str(tmp_path / "dst"))
+    assert read.exit_code == 1 and "/top_logprobs top_logprobs must list" in read.output  # read as completions
+    with features.unregistered("sampling"):
+        assert features.file_importer(log) is None
+        unread = _cli("import", str(log), str(tmp_path / "dst"))
+        assert "top_logprobs" not in unread.output and unread.exit_code != 0
+    assert features.file_importer(log) is not None
