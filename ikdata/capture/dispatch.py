@@ -281,7 +281,7 @@ class Dispatcher:
     def gap_began(self) -> None:
         """On the thread capture is entered on for the whole run: survey the time until the next step, on the same
         schedule as steps (:func:`surveyed`): gap 0 is from install to the first step."""
-        if not self.capturer.enabled or getattr(self.local, "gap", None) is not None:
+        if not self.capturer.enabled or getattr(self.local, "gap", None) is not None or not _may_push_or_pop():
             return
         with self._lock:
             surveying = surveyed(self.gaps_begun)
@@ -297,7 +297,7 @@ class Dispatcher:
         pushed after it (its own TorchDispatchMode, an engine's) is never popped in its place: the gap survey then
         stays on, counting, until it is on top again. Returns whether a gap survey is still on."""
         survey = getattr(self.local, "gap", None)
-        if survey is not None and not _on_top(survey):
+        if survey is not None and (not _on_top(survey) or not _may_push_or_pop()):
             return True
         if survey is not None:
             self.local.gap = None
@@ -460,6 +460,17 @@ def let_higher_order_ops_pass() -> None:
     dispatch.__wrapped__ = original  # type: ignore[attr-defined]
     cls.dispatch = dispatch
     _HOP_DISPATCH.append(original)
+
+
+def _may_push_or_pop() -> bool:
+    """Whether a mode pushed or popped now cannot be undone behind capture's back. A gap survey is pushed at one
+    step's end and popped at the next one's beginning, which a program's blocks need not nest with; leaving
+    ``torch.inference_mode()`` restores the thread's whole dispatch key set as it was on entering, so a mode pushed
+    or popped inside one would leave the key set and the mode stack disagreeing after it (torch then stops at its
+    first op: "Hit Python dispatch key but no arguments had PyInterpreter"). Gap surveys change nothing there."""
+    import torch
+
+    return not torch.is_inference_mode_enabled()
 
 
 def _on_top(mode: Any) -> bool:
