@@ -466,7 +466,9 @@ def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.U
                 uuid, name = record["uuid"], record["definition"]
                 definition = definitions.get(name)
                 outputs = _receipt_outputs(record, definition)
-                key = dumps({k: _descriptor_key(v) for k, v in outputs.items()}, option=sort_keys)
+                # 16 bytes of the outputs' canonical digest (orjson's own bytes hold a 4 KB buffer each)
+                key = bytes.fromhex(bytes_digest(dumps({k: _descriptor_key(v) for k, v in outputs.items()},
+                                                       option=sort_keys))[:32])
                 if not seen.see_key(uuid, key, source, line):
                     continue  # a repeat: the same capture again (clean), or a finding listed below
                 validation = record.get("validation")
