@@ -106,10 +106,17 @@ def test_the_exception_tree_drawn_in_errors_is_every_exception_the_library_defin
 # --- the house drawn from the code: layers, the seam's strings as imports, names decided only by declarations ---
 
 def _feature_packages() -> dict[str, int]:
-    """The feature layer drawn from the registry: each registered feature's package (where its hooks point)."""
+    """The feature layer drawn from the registry: each registered feature's package (the package of the module
+    that declares it, and where its hooks point)."""
+    import sys
+
     from ikdata.core import features
 
-    found = {}
+    declared, found = features.features(), {}  # read first: it imports the declaring modules
+    for name, module in list(sys.modules.items()):
+        parts = name.split(".")
+        if parts[0] == "ikdata" and len(parts) > 2 and getattr(module, "FEATURE", None) in declared:
+            found[parts[1]] = 3
     for feature in features.features():
         specs = [getattr(feature.family, f) for f in features.FAMILY_CALLS] if feature.family else []
         specs += [getattr(s, f) for s in feature.sources for f in features.SOURCE_CALLS]
