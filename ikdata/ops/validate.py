@@ -466,9 +466,15 @@ def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.U
                 uuid, name = record["uuid"], record["definition"]
                 definition = definitions.get(name)
                 outputs = _receipt_outputs(record, definition)
-                # 16 bytes of the outputs' canonical digest (orjson's own bytes hold a 4 KB buffer each)
-                key = bytes.fromhex(bytes_digest(dumps({k: _descriptor_key(v) for k, v in outputs.items()},
-                                                       option=sort_keys))[:32])
+                if len(outputs) == 1:  # the common receipt, one output: its name and blob ref (numbered once)
+                    (output, raw), = outputs.items()
+                    pair = (raw.get("path"), raw.get("tensor_key")) if raw["type"] == "safetensors" else None
+                    ref = None if pair is None else ref_ids.get(pair)
+                    key = (output, new_ref(pair) if pair is not None and ref is None else ref, _descriptor_key(raw)
+                           if pair is None else None)
+                else:  # 16 bytes of the outputs' canonical digest (orjson's own bytes hold a 4 KB buffer each)
+                    key = bytes.fromhex(bytes_digest(dumps({k: _descriptor_key(v) for k, v in outputs.items()},
+                                                           option=sort_keys))[:32])
                 if not seen.see_key(uuid, key, source, line):
                     continue  # a repeat: the same capture again (clean), or a finding listed below
                 validation = record.get("validation")
