@@ -227,7 +227,7 @@ class Compiled:
             def slot(value: Any) -> Any:
                 if isinstance(value, torch.fx.Node):
                     if not _is_tensor_node(value):
-                        raise _NotTappable
+                        raise NotTappable
                     tensors.append(value)
                     return _Slot(len(tensors) - 1)
                 if isinstance(value, (list, tuple)):
@@ -237,7 +237,7 @@ class Compiled:
             try:
                 args = tuple(slot(a) for a in node.args)
                 kwargs = {k: slot(v) for k, v in node.kwargs.items()}
-            except _NotTappable:  # a symbolic size or a non-tensor value: left untapped
+            except NotTappable:  # a symbolic size or a non-tensor value: left untapped
                 continue
             original = getattr(node.target, "__ikdata_original__", None)
             if original is not None:  # Dynamo put capture's wrapper in the graph: the graph calls what it wraps
@@ -301,7 +301,7 @@ class Compiled:
         return handler
 
 
-class _NotTappable(Exception):
+class NotTappable(Exception):
     pass
 
 

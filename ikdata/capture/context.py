@@ -321,7 +321,7 @@ class StepTracker:
     def begin_step(self) -> StepTokens:
         """Called as a step module's forward starts: count the step of the current request, and say whether
         it is selected (a request, and its steps or else the run's name the step, or none are named)."""
-        from ikdata.capture.selection import looks_at
+        from ikdata.capture.spread import looks_at
 
         req = self.current_request()
         key = req.request_id if req is not None else None

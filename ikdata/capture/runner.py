@@ -101,8 +101,8 @@ class CaptureResult:
 
     def selection_lines(self) -> list[str]:
         """What the selection kept, and how to ask for more (none when ``--steps`` chose the steps)."""
-        from ikdata.capture.selection import LOOKED_AT_FIRST, looked_at
-        from ikdata.sampling.capture import FULL_CALLS, FULL_STEPS, TEMPLATE
+        from ikdata.capture.spread import LOOKED_AT_FIRST, looked_at
+        from ikdata.core import features
 
         if self.steps is not None or not self.counts:
             return []
@@ -114,10 +114,10 @@ class CaptureResult:
         lines = ["selection (default): each distinct call (definition, shapes, dtypes, settings; the request when "
                  f"named) kept once per run{'; ' + where if where else ''}. More: --per-step keeps one per step, "
                  "--steps 0,4,7 chosen steps, --max-per-definition N a cap"]
-        if any(name.startswith(TEMPLATE) for name in self.counts):
-            lines.append(f"selection (default), sampler: per generate() call its first {FULL_STEPS} steps, then "
-                         f"every power of two; of the calls with the same settings and processors the first "
-                         f"{FULL_CALLS}, then every power of two. More: --per-step (every step of every call)")
+        for source in features.sources():  # a source's own calls (HF's sampler) kept by its own rule
+            said = source.hook("selection")
+            if said is not None:
+                lines += said(dict(self.counts))
         return lines
 
     def nothing_kept(self) -> tuple[str, bool] | None:

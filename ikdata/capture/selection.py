@@ -6,7 +6,7 @@ mark), its rank in a distributed program, and the request when the program names
 joins the key only where steps were asked for (``--per-step``, ``--steps``, a request's own
 ``steps``): by default a forward loop keeps one workload per key, not one per forward.
 
-The default looks at a bounded spread of each request's steps (:func:`looks_at`: steps 0-3, then
+The default looks at a bounded spread of each request's steps (:func:`~ikdata.capture.spread.looks_at`: steps 0-3, then
 every power of two), so a long run pays for log2(steps) steps, and a shape that first appears
 late is still seen; the other steps run as they run without capture.
 
@@ -27,24 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ikdata.capture.context import step_asked
-
-LOOKED_AT_FIRST = 4  # the default looks at a request's first steps, then at every power of two
-
-
-def looks_at(index: int) -> bool:
-    """Whether the default selection looks at step ``index`` of a request: 0-3, then 4, 8, 16, 32, ...
-
-    Example:
-        >>> [i for i in range(40) if looks_at(i)]
-        [0, 1, 2, 3, 4, 8, 16, 32]
-    """
-    return index < LOOKED_AT_FIRST or index & (index - 1) == 0
-
-
-def looked_at(steps: int) -> int:
-    """How many of steps ``0..steps-1`` the default looks at."""
-    return steps if steps <= LOOKED_AT_FIRST else 2 + (steps - 1).bit_length()  # 0-3, then 4, 8, ... below steps
-
+from ikdata.capture.spread import LOOKED_AT_FIRST, looked_at, looks_at  # noqa: F401  (the selection's spread)
 
 # Why a reservation was refused (also the counters of the summary).
 SEEN = "seen"

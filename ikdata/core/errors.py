@@ -6,6 +6,7 @@
         UnsafePath          a path that breaks contract 3 (.relative, .reason)         core/paths.py
         TooLarge            a file past its reader's size cap, refused unread (.size, .cap)  core/paths.py
       DefinitionError       a definition that is inconsistent, or a capture that breaks it
+      ReferenceStepError    ikdata's own replay of a scheduler step failed (never the engine's fault)  diffusion/pipelines.py
       UntrustedReference    a reference that may not run (.digest, .source)
       StoreError            (.digest, .path)
         BlobNotFound
@@ -24,6 +25,8 @@
     it into a located Problem or a StoreError, so it never reaches a user.
     Refused (an Exception, flashinfer/convert.py) says why one FlashInfer definition or recorded call is left
     out of an import; the staging step lists each as a left-out item, so it never reaches a user either.
+    NotTappable (an Exception, capture/compiled.py) marks a compiled graph's node the record pass leaves untapped
+    (a symbolic size, a value that is no tensor); it never leaves the pass.
 
 Every message says where, what, and what to do. The CLI formats these in one
 place; library code raises them with the facts as attributes.

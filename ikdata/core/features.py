@@ -202,6 +202,8 @@ class Source:
             installed templates that replay may trust.
         recognises: ``f(root) -> str | None``: what a folder that is no dataset is when it is of the source's own
             format (``"FlashInfer's flight-recorder output"``), so a command says to import it; None otherwise.
+        selection: ``f(counts) -> list[str]``: what capture's default selection kept of the source's own calls and
+            how to ask for more, for the capture summary (``counts``: definition -> workloads recorded).
         models: the modules (each with its submodules) whose ``nn.Module`` classes are the source's models: a
             call inside such a model, with no serving engine loaded, ran in this source (``transformers``, and
             ``transformers_modules`` for a hub model's own code).
@@ -216,12 +218,14 @@ class Source:
     trusts: str | None = None
     recognises: str | None = None
     models: tuple[str, ...] = ()
+    selection: str | None = None
 
     def hook(self, name: str) -> Callable[..., Any] | None:
-        """The source's function ``name`` (importer, trusts, recognises), or None; checked like
+        """The source's function ``name`` (importer, trusts, recognises, selection), or None; checked like
         :meth:`Family.hook` against :data:`SOURCE_CALLS`."""
         if name not in SOURCE_CALLS or name == "hooks":
-            raise AttributeError(f"a source has no function hook {name!r}; its hooks: importer, trusts, recognises")
+            raise AttributeError(f"a source has no function hook {name!r}; its hooks: importer, trusts, recognises, "
+                                 "selection")
         return _checked(getattr(self, name), f"source {self.name!r}", name, SOURCE_CALLS[name])
 
     def loaded(self) -> bool:
@@ -303,6 +307,7 @@ FAMILY_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 SOURCE_CALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "importer": (("src", "definitions"), ()), "trusts": (("definitions",), ()), "recognises": (("root",), ()),
+    "selection": (("counts",), ()),
     "hooks": (("capturer",), ()),  # the module's install(capturer)
 }
 

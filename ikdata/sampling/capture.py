@@ -255,6 +255,16 @@ FULL_STEPS = 16  # by default each kept generate call records its first 16 steps
 FULL_CALLS = 8  # and of the calls with the same settings and processors, the first 8, then every power of two
 
 
+def selection_lines(counts: Mapping[str, int]) -> list[str]:
+    """What capture's default kept of HF's sampler calls and how to ask for more (the source's ``selection``
+    hook, for the capture summary); none when no sampler row was recorded."""
+    if not any(name.startswith(TEMPLATE) for name in counts):
+        return []
+    return [f"selection (default), sampler: per generate() call its first {FULL_STEPS} steps, then every power of "
+            f"two; of the calls with the same settings and processors the first {FULL_CALLS}, then every power of "
+            "two. More: --per-step (every step of every call)"]
+
+
 def _spread(index: int, first: int) -> bool:
     """The default's bounded spread: the first ``first`` indices, then every power of two."""
     return index < first or index & (index - 1) == 0

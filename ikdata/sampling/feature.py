@@ -11,7 +11,8 @@ FEATURE = Feature(
                   recheck="ikdata.sampling.groups:recheck", summary="ikdata.sampling.judge:summary_lines",
                   figures="ikdata.sampling.report_figures:figures", judges=("sampling",)),
     sources=(Source("transformers", "transformers", order="hf", hooks="ikdata.sampling.capture",
-                    models=("transformers", "transformers_modules")),),
+                    models=("transformers", "transformers_modules"),
+                    selection="ikdata.sampling.capture:selection_lines"),),
     file_imports=(FileImport(".jsonl", "ikdata.sampling.completions:import_completions",
                              "an OpenAI-style completions log"),),  # server draws -> sampling workloads
 )
