@@ -222,20 +222,30 @@ class _ProcessPrehash:
 
         inside = ds.paths.refusal("blob") is None  # blob/ is not a link out of the dataset: its files are read
         report = (lambda done, total: progress(Progress("rehash", done, total))) if progress else None
+        self._ds, self._scan = ds, None
         self._child = RehashProcess(str(ds.root), jobs or os.cpu_count() or 1, inside, report)
+
+    def _scanned(self) -> tuple[dict[str, int], list[str]]:
+        """The child's scan; made here if the child died before sending it (the blobs it did not rehash are
+        rehashed by the foreground, as links are: nothing is skipped)."""
+        if self._scan is None:
+            stored, paths = self._child.scanned()
+            if self._child.error is not None and not stored:
+                stored, inside = _scan(self._ds)
+                paths = sorted(inside)
+            self._scan = stored, paths
+        return self._scan
 
     @property
     def stored(self) -> dict[str, int]:
-        return self._child.scanned()[0]
+        return self._scanned()[0]
 
     @property
     def paths(self) -> list[str]:
-        return self._child.scanned()[1]
+        return self._scanned()[1]
 
     def wait(self) -> dict[str, _Checked]:
         found = self._child.wait()
-        if self._child.error is not None:
-            raise StoreError(f"blob/: the rehash process failed: {self._child.error}")
         shared = _ENTRIES.setdefault
         for rel, check in found.items():  # equal header entries shared: one small entry per blob
             if not isinstance(check, str) and len(_ENTRIES) < 1 << 16:

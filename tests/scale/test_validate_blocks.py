@@ -88,3 +88,13 @@ def test_clean_large_dataset_is_clean_with_the_rehash_process(tmp_path, monkeypa
     report = ikdata.validate(ikdata.open(root), deep=True)
     assert report.ok, [str(p) for p in report.problems]
     assert report.blobs_rehashed == 8 + 2 * 500
+
+
+def test_a_rehash_process_that_dies_leaves_nothing_unchecked(broken, monkeypatch):
+    """A child that cannot run (here: the interpreter it is started with exits at once) costs speed, not
+    findings: the foreground scans and rehashes every blob itself."""
+    root, _ = broken
+    on_threads = _problems(root, monkeypatch, "0")
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    assert _problems(root, monkeypatch, "1") == on_threads
+    assert any("content digest is" in p for p in on_threads)
