@@ -218,6 +218,7 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
     pad = ((attention_mask != 0).int().argmax(dim=1).cpu().to(torch.int64) if attention_mask is not None
            else torch.zeros(generated.shape[0], dtype=torch.int64))
     flat_bad = [t for w in found["bad_words"] for t in (*w, -1)] or [-1]
+    engine = _engine_facts(cap)
     for index, kept in enumerate(recorder.steps):
         position = index if kept is None else kept[0].shape[1] - start
         if position >= generated.shape[1]:
@@ -245,10 +246,22 @@ def _record_call(cap: Any, recorder: _Recorder, sequences: Any, config: Any, att
             sampler = {"order": declared_by(__name__).order, "processors": recorder.effects_of(index, rows), "unknown": unknown}
             with step_context(index):
                 cap.record(TEMPLATE, inputs, {"samples": drawn[rows].to(torch.int64).contiguous()},
-                           operation=OPERATION, fills={"V": int(logits.shape[-1])}, provenance={"sampler": sampler},
-                           variant=variant)
+                           operation=OPERATION, fills={"V": int(logits.shape[-1])},
+                           provenance={"sampler": sampler, **engine}, variant=variant)
         if eos:
             finished |= torch.isin(drawn, torch.tensor(sorted(eos), dtype=drawn.dtype))
+
+
+def _engine_facts(cap: Any) -> dict[str, Any]:
+    """The engine of a generate() call's sampler rows: transformers, whose sampler drew them (the rows are recorded
+    outside any module call, where capture would name plain torch), unless a serving engine runs the process or
+    the user named the engine (``--engine``)."""
+    from ikdata.capture import sources
+
+    if "engine" in cap.config.provenance or sources.loaded() is not sources.TORCH:
+        return {}
+    me = declared_by(__name__)
+    return {"engine": me.name, "engine_version": me.version()}
 
 
 FULL_STEPS = 16  # by default each kept generate call records its first 16 steps, then every power of two

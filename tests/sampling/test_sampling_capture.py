@@ -77,6 +77,11 @@ def test_sampling_and_greedy_are_captured_with_raw_logits(tmp_path, capture_into
     assert _tensor(root, inputs["seed"]).tolist() == [123]
     drawn = [int(_tensor(root, by_request["sampled"][s][1]["expected_output"]["samples"])[0]) for s in range(3)]
     assert drawn == sampled[0, 5:].tolist()
+    import transformers
+
+    # HF's sampler draws them: its rows name transformers (issue 51: they said "torch", recorded outside a module)
+    assert {(r["engine"], r["engine_version"]) for r in receipts.values()} == {("transformers",
+                                                                                  transformers.__version__)}
     g_row, g_receipt = by_request["greedy"][0]
     assert _tensor(root, g_row["workload"]["inputs"]["temperature"]).tolist() == [0.0]
     assert int(_tensor(root, g_receipt["expected_output"]["samples"])[0]) == greedy[0, 5] == int(raw.argmax())
