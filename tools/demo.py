@@ -264,11 +264,11 @@ def main() -> None:
     print(f"ikdata demo: {STEPS} steps, a few minutes; each command's output goes to {shown(demo.log)}", flush=True)
 
     demo.run("capture MiniLM",
-             ["capture", "--into", str(minilm), "--max-per-definition", "3", "--engine", "transformers",
+             ["capture", "--into", str(minilm), "--max-per-definition", "3",
               "--model", "sentence-transformers/all-MiniLM-L6-v2", "--", sys.executable,
               str(examples / "minilm_embed.py")], captured(minilm))
     demo.run("capture tiny Llama",
-             ["capture", "--into", str(llama), "--max-per-definition", "3", "--engine", "transformers",
+             ["capture", "--into", str(llama), "--max-per-definition", "3",
               "--model", "tiny-llama (random weights)", "--", sys.executable, str(examples / "tiny_llama_generate.py")],
              captured(llama))
     for name, path in (("MiniLM", minilm), ("tiny Llama", llama)):
