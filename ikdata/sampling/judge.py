@@ -266,8 +266,9 @@ def verdict_lines(groups: list[Mapping[str, Any]]) -> list[str]:
     lines = []
     for group in groups:
         cases = ", ".join(f"{v} {k}" for k, v in sorted((group.get("cases") or {}).items()))
-        lines.append(f"{group['definition']}: sampling verdict {group['verdict']} at alpha {group['alpha']:g} "
-                     f"({cases})")
+        # alpha only where a statistical test ran: a verdict of exact checks alone (greedy draws) claims no level
+        level = f"at alpha {group['alpha']:g}" if group.get("tests") else "with no statistical test"
+        lines.append(f"{group['definition']}: sampling verdict {group['verdict']} {level} ({cases})")
         lines += [f"  {describe_test(t)}" for t in group.get("tests") or ()]
         lines += [f"  not judged: {why}" for why in group.get("not_judged") or ()]
         if group.get("alpha_split"):

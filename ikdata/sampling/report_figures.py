@@ -114,7 +114,8 @@ def sampling_figures(report: Mapping[str, Any], checks: Checks | None = None) ->
                          f"p={checks.fmt(t.get('p_value'), f'{at}/tests/{i}/p_value', '.3g')}"
                          for i, t in enumerate(tests))
         verdict = (f"verdict {group.get('verdict')} at alpha "
-                   f"{checks.fmt(group.get('alpha'), at + '/alpha', 'g', missing='?')}")
+                   f"{checks.fmt(group.get('alpha'), at + '/alpha', 'g', missing='?')}" if tests else
+                   f"verdict {group.get('verdict')} with no statistical test")  # no level claimed where none ran
         total = sum(bins)
         if not total:  # no draw to test: say why, draw no empty histogram
             if greedy and not judged:

@@ -35,8 +35,9 @@ def _visible(page: str) -> str:
 def test_a_greedy_run_says_why_no_test_ran_and_draws_no_empty_chart():
     [(definition, figure, line)] = sampling_figures(_greedy_report())
     assert definition == "sampling_greedy_f32_v64" and figure is None
-    assert line == ("verdict passed at alpha 0.001: every one of the 12 draws was greedy: each was checked to be "
-                    "the argmax, and no statistical test applies")
+    # no level is claimed where no statistical test ran (issue 51: "passed at alpha 0.001" beside "not judged")
+    assert line == ("verdict passed with no statistical test: every one of the 12 draws was greedy: each was "
+                    "checked to be the argmax, and no statistical test applies")
     page, problems = draw(_greedy_report())
     assert problems == []
     assert "0 draws" not in page and "PIT histogram" not in page and ": </p>" not in page
@@ -49,7 +50,8 @@ def test_a_sampling_group_with_nothing_judged_names_why():
         case["sampling"].update(greedy=0)
     report["sampling"][0].update(verdict="too_small", not_judged=["every position excluded by top_k 1"])
     [(_, figure, line)] = sampling_figures(report)
-    assert figure is None and line == "verdict too_small at alpha 0.001: every position excluded by top_k 1"
+    assert figure is None and line == ("verdict too_small with no statistical test: every position excluded by "
+                                       "top_k 1")
 
 
 def _trajectory(e0: float = 0.0) -> dict:
