@@ -211,6 +211,22 @@ class UuidMap:
         row = self._db.execute("SELECT value FROM map WHERE key = ?", (key,)).fetchone()
         return marshal.loads(row[0]) if row else None
 
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        """The value of each key that has one (a key without one is left out): on disk, one query per 900 keys
+        instead of one per key, for a reader that looks a block of keys up at once."""
+        if self._db is None:
+            memory = self._memory
+            return {key: memory[key] for key in keys if key in memory}
+        self._flush()
+        found: dict[str, Any] = {}
+        wanted = [key for key in dict.fromkeys(keys) if self._maybe(key)]
+        loads = marshal.loads
+        for i in range(0, len(wanted), 900):  # SQLite's bound parameters per statement: 999 in old builds
+            chunk = wanted[i:i + 900]
+            query = f"SELECT key, value FROM map WHERE key IN ({','.join('?' * len(chunk))})"
+            found.update((key, loads(value)) for key, value in self._db.execute(query, chunk))
+        return found
+
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.get(key) is not None
 

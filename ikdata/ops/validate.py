@@ -461,7 +461,6 @@ def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.U
     definitions = ds.definitions
     convert = seed_receipt if ds.layout == "seed" else None
     dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
-    rows_get = rows_by_uuid.get
     records, refs = uses._records, uses._refs
     ref_ids, new_ref = refs._ids, refs.id
     flat: list[int] = []  # a block's uses (site, line, ref), appended to the records at once
@@ -472,6 +471,7 @@ def _check_receipts(ds: Dataset, report: ValidationReport, rows_by_uuid: spill.U
         for block in fast_rows.valid_blocks(path, "receipt", ds.problems, display=source, dataset=ds.root,
                                             convert=convert):
             report.receipts += len(block)
+            rows_get = rows_by_uuid.get_many([record["uuid"] for _, record in block]).get  # one query per 900 on disk
             for line, record in block:
                 uuid, name = record["uuid"], record["definition"]
                 definition = definitions.get(name)
