@@ -192,6 +192,10 @@ def _metrics(metrics: object) -> str:
             continue
         shown = ", ".join(f"{label} {values[key]:.3g}" for key, label in short.items()
                           if isinstance(values.get(key), (int, float)))
+        if not shown:  # a family's own metrics (a sampler's: draws judged, tests, p-value): each as it is named
+            shown = ", ".join(f"{key.replace('_', ' ')} {value:.3g}" if isinstance(value, float) else
+                              f"{key.replace('_', ' ')} {value}" for key, value in values.items()
+                              if isinstance(value, (int, float, str)) and not isinstance(value, bool)) or "no figures"
         parts.append(f"{output}: {shown}")
     return "; ".join(parts)
 
