@@ -379,6 +379,10 @@ def _contains(local: LocalSnapshot, remote: dict[str, Any], remote_id: str, back
         mine = local.manifest["files"].get(path)
         if mine == digest:
             continue
+        if mine is not None and path.startswith("reports/") and path.endswith(".json"):
+            if not _report_covers(local.root / path, backend.read(file_object(digest))):
+                return False
+            continue
         if mine is None or not path.endswith(".jsonl"):
             return False
         theirs = set(backend.read(file_object(digest)).splitlines())
@@ -386,6 +390,26 @@ def _contains(local: LocalSnapshot, remote: dict[str, Any], remote_id: str, back
         if not theirs <= ours:
             return False
     return True
+
+
+def _report_covers(mine: Path, theirs: bytes) -> bool:
+    """Whether the local report judges every workload the remote's report judged, so publishing it loses no verdict
+    (a dataset replayed again: its report's timings, and so its id, change, and the remote needs nothing merged).
+    Both are read by the one report reader; one that cannot be read covers nothing."""
+    import tempfile
+
+    from ikdata.core.cases import read_report
+    from ikdata.core.errors import RecordError
+
+    with tempfile.TemporaryDirectory(prefix=".tmp-report-") as folder:
+        copy = Path(folder) / "theirs.json"
+        copy.write_bytes(theirs)
+        try:
+            judged_there = {case.uuid for case in read_report(copy).cases}
+            judged_here = {case.uuid for case in read_report(mine).cases}
+        except RecordError:
+            return False
+    return judged_there <= judged_here
 
 
 def _diverged(backend: Backend, local: LocalSnapshot, remote_id: str) -> RemoteError:
