@@ -72,6 +72,7 @@ class RehashProcess:
         self.paths: list[str] = []
         self.results: dict[str, Any] = {}
         self.error: str | None = None
+        self._shared: dict[tuple, tuple] = {}
         self._scanned = threading.Event()
         self._on_checked = on_checked
         self._proc = subprocess.Popen([sys.executable, "-m", "ikdata.core.rehash_process", root, str(jobs),
@@ -91,8 +92,12 @@ class RehashProcess:
                 if frame[0] == "stored":
                     self.stored, self.paths = frame[1], frame[2]
                     self._scanned.set()
-                else:
-                    self.results.update(frame[1])
+                else:  # equal header entries kept once as they arrive (a pickled frame holds its own copies)
+                    shared = self._shared
+                    for rel, check in frame[1]:
+                        if not isinstance(check, str) and len(shared) < 1 << 16:
+                            check = (shared.setdefault(check[0], check[0]), check[1])
+                        self.results[rel] = check
                     if self._on_checked:
                         self._on_checked(len(self.results), len(self.paths))
         except Exception as exc:  # a child that died mid-frame: said by wait
