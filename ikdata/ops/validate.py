@@ -775,15 +775,17 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
     verdicts: dict[tuple[int, int], bool] = {}
     failed: set[tuple[int, int]] = set()
     for block in uses._records.blocks():
-        for pair in set(zip(block[0::3], block[2::3])):
-            if pair in verdicts:
-                continue
-            bad = bool(_use_problems(sites[pair[0]], None, refs[pair[1]], files, entries, set()))
-            if bad:
-                failed.add(pair)
-            if len(verdicts) > 1 << 18:
-                verdicts.clear()
-            verdicts[pair] = bad
+        for start in range(0, len(block), 3 << 14):  # 16,384 uses at a time: the set stays small
+            part = block[start:start + (3 << 14)]
+            for pair in set(zip(part[0::3], part[2::3])):
+                if pair in verdicts:
+                    continue
+                bad = bool(_use_problems(sites[pair[0]], None, refs[pair[1]], files, entries, set()))
+                if bad:
+                    failed.add(pair)
+                if len(verdicts) > 1 << 16:
+                    verdicts.clear()
+                verdicts[pair] = bad
     if not failed:
         return
     reported_files: set[str] = set()
