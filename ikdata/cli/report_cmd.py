@@ -52,10 +52,15 @@ def report_command(
         from ikdata.core.errors import UsageError
 
         raise UsageError(f"--html {html}: no such folder {Path(html).parent}; create it first")
+    from ikdata.ops import report_provenance
+
     source = report_html.report_path_for(target)
     report = read_report(source)
+    root = report_provenance.dataset_of(source)
+    provenance = report_provenance.gather(root) if root is not None else None
     written, problems = report_html.write_html(report, html, title=f"ikdata replay report: {target}",
-                                               path=str(source), self_contained=self_contained)
+                                               path=str(source), self_contained=self_contained,
+                                               provenance=provenance)
     library = None if self_contained else written.parent / report_html.plotly_js_name()
     counted = _counted(report.document)
     document = {"report": str(source), "html": str(written), "cases": len(report.cases),

@@ -44,6 +44,7 @@ from ikdata.core.status import Status
 from ikdata.core.store import write_atomic
 from ikdata.judging import families
 from ikdata.core.cases import Report
+from ikdata.ops.report_provenance import SHOWN, Provenance
 from ikdata.ops.report_parts import (NOT_A_NUMBER, CaseView, Checks, FamilySection, axes, escape, is_number, label,
                                      plotly, reason_text, zeros_on_log_axis)
 
@@ -115,17 +116,36 @@ def _worst_ratio(case: Mapping[str, Any], at: str, checks: Checks) -> tuple[floa
     return max(found) if found else None
 
 
-def _failing_table(rows: list[tuple[Mapping[str, Any], CaseView]]) -> str:
+PLACE = ("step", "layer", "shapes", "lineage")  # a case's place in the run, where the dataset is known
+
+
+def _place(case: Mapping[str, Any], provenance: Provenance | None) -> tuple[str, ...]:
+    """The cells of a case's place in the run (escaped): step, layer (and request), shapes, the lineage command."""
+    if provenance is None:
+        return ()
+    uuid = str(case.get("uuid"))
+    facts = provenance.cases.get(uuid)
+    if facts is None:
+        return ("-", "-", "-", f"<code>{escape(provenance.lineage_command(uuid))}</code>")
+    layer = facts.layer or "-"
+    if facts.request:
+        layer += f" (request {facts.request})"
+    return (escape("-" if facts.step is None else facts.step), escape(layer), escape(facts.shapes or "-"),
+            f"<code>{escape(provenance.lineage_command(uuid))}</code>")
+
+
+def _failing_table(rows: list[tuple[Mapping[str, Any], CaseView]], provenance: Provenance | None = None) -> str:
     """The failed and errored cases: (case, how it is shown), one row each, linked to its chart."""
     body = []
     for case, view in rows[:FAILING_SHOWN]:
         link = f"<a href='#{escape(view.anchor)}'>chart</a>" if view.anchor else "no chart"
         cells = (escape(str(case.get("uuid"))[:12]), escape(view.definition), escape(case.get("status")),
-                 escape(view.what), link)
+                 escape(view.what), link, *_place(case, provenance))
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     more = (f"<p class='meta'>… and {len(rows) - FAILING_SHOWN} more (ikdata replay's JSON report lists them "
             "all)</p>" if len(rows) > FAILING_SHOWN else "")
-    head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "what failed", "see"))
+    head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "what failed", "see",
+                                              *(PLACE if provenance else ())))
     return (f"<h2 id='failing'>Failing cases ({len(rows)})</h2><table class='failing'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{more}")
 
@@ -133,16 +153,20 @@ def _failing_table(rows: list[tuple[Mapping[str, Any], CaseView]]) -> str:
 CASES_SHOWN = 2000  # rows of the all-cases table; the rest are counted
 
 
-def _cases_table(rows: list[tuple[Mapping[str, Any], CaseView]], *, open_: bool) -> str:
-    """Every case (case, how it is shown: what it measured or why it failed, its chart), in a collapsible table."""
+def _cases_table(rows: list[tuple[Mapping[str, Any], CaseView]], *, open_: bool,
+                 provenance: Provenance | None = None) -> str:
+    """Every case (case, how it is shown: what it measured or why it failed, its chart; its place in the run
+    where the dataset is known), in a collapsible table."""
     body = []
     for case, view in rows[:CASES_SHOWN]:
         cells = (escape(str(case.get("uuid"))[:12]), escape(view.definition), escape(case.get("status")),
-                 escape(view.what), f"<a class='chart' href='#{escape(view.anchor)}'>chart</a>" if view.anchor else "-")
+                 escape(view.what), f"<a class='chart' href='#{escape(view.anchor)}'>chart</a>" if view.anchor else "-",
+                 *_place(case, provenance))
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     more = (f"<p class='meta'>… and {len(rows) - CASES_SHOWN} more (ikdata replay's JSON report lists them "
             "all)</p>" if len(rows) > CASES_SHOWN else "")
-    head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "measured / reason", "see"))
+    head = "".join(f"<th>{h}</th>" for h in ("case", "definition", "status", "measured / reason", "see",
+                                              *(PLACE if provenance else ())))
     return (f"<details id='cases'{' open' if open_ else ''}><summary><h2 style='display:inline'>All cases "
             f"({len(rows)})</h2></summary><table class='cases'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{more}</details>")
@@ -174,8 +198,29 @@ def _family_sections(report: Mapping[str, Any], cases: list[tuple[int, Mapping[s
     return found
 
 
+def _provenance_block(provenance: Provenance | None) -> str:
+    """Where the data came from: the dataset and its id, engines and models, programs, capture times."""
+    if provenance is None:
+        return ("<p class='meta'>Where the data came from: not known (the page was drawn from a report file "
+                "outside its dataset).</p>")
+    from ikdata.core.times import iso_time
+
+    def listed(items: tuple[str, ...]) -> str:
+        shown = ", ".join(escape(i) for i in items[:SHOWN]) or "not recorded"
+        return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+    when = ("not recorded" if provenance.captured is None else
+            f"{escape(iso_time(provenance.captured[0]))} to {escape(iso_time(provenance.captured[1]))}")
+    rows = (("dataset", f"{escape(provenance.root)} (id <code>{escape(provenance.dataset_id or 'none')}</code>)"),
+            ("engine and model", listed(provenance.sources)), ("program", listed(provenance.programs)),
+            ("captured", when))
+    return ("<section id='provenance'><h2>Where the data came from</h2><table class='provenance'>"
+            + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table></section>")
+
+
 def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay report",
-         path: str = "report", plotly_js: str | None = None) -> tuple[str, list[Problem]]:
+         path: str = "report", plotly_js: str | None = None,
+         provenance: Provenance | None = None) -> tuple[str, list[Problem]]:
     """The whole HTML page and the problems met: values of the wrong type, each named by ``path`` and its
     JSON pointer. plotly.js is included once: inlined, or with ``plotly_js`` a file of that name beside the
     page (:data:`PLOTLY_JS`, written by :func:`write_html`).
@@ -201,6 +246,8 @@ def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay repo
 
     def plot(fig: Any) -> str:
         nonlocal first
+        # the title on the left and room above it: plotly's toolbar (top right) never covers it
+        fig.update_layout(title_x=0, title_xanchor="left", margin_t=max(fig.layout.margin.t or 0, 70))
         snippet = pio.to_html(fig, full_html=False, include_plotlyjs=first and plotly_js is None,
                               div_id=f"plot-{next(ids)}")
         first = False
@@ -213,6 +260,7 @@ def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay repo
                  + ", ".join(f"{n} {escape(s)}" for s, n in sorted(counts.items()))
                  + f" &middot; device {escape(report.get('device'))} &middot; torch "
                  f"{escape(report.get('torch'))} &middot; ikdata {escape(report.get('ikdata_version'))}</p>")
+    parts.append(_provenance_block(provenance))
     failing_at = len(parts)  # the failing-cases table goes here, once the charts' ids are known
     views: dict[int, CaseView] = {}  # case index -> how a family shows it
     sections = _family_sections(report, cases, checks)
@@ -235,12 +283,12 @@ def draw(report: Report | Mapping[str, Any], *, title: str = "ikdata replay repo
             views[n] = shown if view is None else CaseView(view.definition, shown.what, anchor)
     failing = [(c, views[n]) for n, c in cases if c.get("status") in (Status.FAILED, Status.ERROR)]
     if failing:
-        parts.insert(failing_at, _failing_table(failing))
+        parts.insert(failing_at, _failing_table(failing, provenance))
     if cases:  # every page lists what was judged, closed unless something failed
-        parts.append(_cases_table([(c, views[n]) for n, c in cases], open_=bool(failing)))
+        parts.append(_cases_table([(c, views[n]) for n, c in cases], open_=bool(failing), provenance=provenance))
     problems = list(dict.fromkeys(checks.problems))  # a value read by two views is one problem
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:.3em .6em;font-size:.9em}.reason{color:#a93226}.meta{color:#555}"
+             "td,th{border:1px solid #ccc;padding:.3em .6em;font-size:.9em}.provenance th{text-align:left}.reason{color:#a93226}.meta{color:#555}"
              ".problems{border:1px solid #a93226;padding:.5em 1em;color:#a93226}")
     library = f"<script src='{escape(plotly_js)}' charset='utf-8'></script>" if plotly_js else ""
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
@@ -282,14 +330,16 @@ def write_plotly_js(folder: str | os.PathLike) -> Path:
 
 
 def write_html(report: Report | Mapping[str, Any], out: str | os.PathLike, *, title: str = "ikdata replay report",
-               path: str = "report", self_contained: bool = False) -> tuple[Path, list[Problem]]:
+               path: str = "report", self_contained: bool = False,
+               provenance: Provenance | None = None) -> tuple[Path, list[Problem]]:
     """Render and write the page atomically; returns its path and the problems met (see :func:`draw`).
 
     plotly.js goes once into the page's folder (:func:`write_plotly_js`) and the page loads it from there,
     or, ``self_contained``, is inlined in the page (one file, 4.6 MiB more).
     """
     target = Path(out)
-    page, problems = draw(report, title=title, path=path, plotly_js=None if self_contained else plotly_js_name())
+    page, problems = draw(report, title=title, path=path, plotly_js=None if self_contained else plotly_js_name(),
+                          provenance=provenance)
     if not self_contained:
         write_plotly_js(target.parent)
     write_atomic(target, [page.encode()])
