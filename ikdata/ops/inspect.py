@@ -27,7 +27,8 @@ def describe_workload(ds: Dataset, uuid: str) -> dict[str, Any]:
         if ds.problems:  # the workload may be in a file that was refused (a link out of the dataset)
             raise ProblemsFound(ds.problems, f"{ds.root}: no workload with uuid {uuid!r} in the files that "
                                 "could be read")
-        raise UsageError(f"{ds.root}: no workload with uuid {uuid!r}; list them with 'ikdata ls {ds.root}'")
+        raise UsageError(f"{ds.root}: no workload with uuid {uuid!r}; list them with 'ikdata ls {ds.root}' "
+                         f"(the ids of a family's own records, such as trajectories: 'ikdata stats {ds.root}')")
     if len({r.uuid for r in matches}) > 1:
         raise UsageError(f"{uuid!r} matches {len(matches)} workloads; give more of the uuid")
     row = matches[0]

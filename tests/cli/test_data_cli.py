@@ -90,6 +90,7 @@ def test_show_unknown_or_ambiguous_uuid_is_a_usage_error(ikdata_dataset):
     result = runner.invoke(app, ["show", str(ikdata_dataset), "ffffffff-nope"])
     assert result.exit_code == 2
     assert "no workload with uuid 'ffffffff-nope'; list them with 'ikdata ls" in result.output
+    assert f"trajectories: 'ikdata stats {ikdata_dataset}'" in " ".join(result.output.split())  # which lists those
     ambiguous = runner.invoke(app, ["show", str(ikdata_dataset), ""])
     assert ambiguous.exit_code == 2
     assert "matches 3 workloads; give more of the uuid" in ambiguous.output
