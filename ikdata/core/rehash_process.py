@@ -51,9 +51,9 @@ def _child(root: str, jobs: int, hash_inside: bool) -> None:
     del scanned
     pickle.dump(("stored", stored, paths), out, protocol=pickle.HIGHEST_PROTOCOL)
     out.flush()
-    frame = []
-    for rel, check in zip(paths, rehash_files([os.path.join(root, p) for p in paths], jobs=jobs)):
-        frame.append((rel, summary(rel, check)))
+    frame = []  # (index in paths, summary): the parent names each blob by the one string it already holds
+    for index, (rel, check) in enumerate(zip(paths, rehash_files([os.path.join(root, p) for p in paths], jobs=jobs))):
+        frame.append((index, summary(rel, check)))
         if len(frame) >= FRAME:
             pickle.dump(("checked", frame), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
@@ -93,11 +93,11 @@ class RehashProcess:
                     self.stored, self.paths = frame[1], frame[2]
                     self._scanned.set()
                 else:  # equal header entries kept once as they arrive (a pickled frame holds its own copies)
-                    shared = self._shared
-                    for rel, check in frame[1]:
+                    shared, paths = self._shared, self.paths
+                    for index, check in frame[1]:
                         if not isinstance(check, str) and len(shared) < 1 << 16:
                             check = (shared.setdefault(check[0], check[0]), check[1])
-                        self.results[rel] = check
+                        self.results[paths[index]] = check
                     if self._on_checked:
                         self._on_checked(len(self.results), len(self.paths))
         except Exception as exc:  # a child that died mid-frame: said by wait
