@@ -73,3 +73,24 @@ def test_ctrl_c_during_push_stops_says_so_and_a_rerun_finishes(make_ikdata_datas
     check = subprocess.run([sys.executable, "-m", "ikdata", "validate", "--deep", str(remote)],
                            capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_ctrl_c_during_replay_stops_says_how_to_resume_and_resume_finishes(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+    from cli_helpers import trusted_definitions, write_replayable
+
+    root = write_replayable(tmp_path / "ds", rows=2000)
+    defs = trusted_definitions(tmp_path / "defs")
+    command = [sys.executable, "-m", "ikdata", "replay", str(root), "--definitions", str(defs), "--no-reuse"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    journal = root / "reports" / "replay.json.journal"
+    while (not journal.exists() or journal.stat().st_size < 2000) and proc.poll() is None:
+        time.sleep(0.005)
+    assert proc.poll() is None, "replay finished before it could be interrupted; the test needs more rows"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted" in err and "--resume" in err and "Traceback" not in err, err
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2000 passed" in resumed.stdout, resumed.stdout[-500:]
