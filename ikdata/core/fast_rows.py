@@ -28,6 +28,9 @@ from ikdata.core.problems import Problem
 
 
 
+_LINES = 1024  # lines parsed and checked by one call
+
+
 @functools.cache
 def _block_validator(kind: str) -> Callable[[list], bool] | None:
     """``is_valid`` over a list of records of ``kind`` (one call for the block), or None without jsonschema-rs."""
@@ -75,8 +78,8 @@ def valid_blocks(path: str | os.PathLike, kind: str, problems: list[Problem], *,
 
 def _line_blocks(path: str | os.PathLike, display: str,
                  dataset: str | os.PathLike | None) -> Iterator[tuple[int, list[bytes], list[Problem]]]:
-    """(first line number, whole lines, problems) per block of :data:`ikdata.core.jsonl.READ_BLOCK` bytes, read
-    as :func:`ikdata.core.jsonl.iter_records` reads (the size taken under a shared lock, appends after it
+    """(first line number, whole lines, problems) per :data:`_LINES` lines at most, read
+    :data:`ikdata.core.jsonl.READ_BLOCK` bytes at a time as :func:`ikdata.core.jsonl.iter_records` reads (the size taken under a shared lock, appends after it
     unseen); the torn last line (no newline) is a problem of the last block, never a line."""
     number = 0
     carry = b""
@@ -97,9 +100,10 @@ def _line_blocks(path: str | os.PathLike, display: str,
             lines = data[:cut].split(b"\n")
             lines.pop()
             del data, block
-            if lines:
-                yield number + 1, lines, []
-                number += len(lines)
+            for start in range(0, len(lines), _LINES):  # a bounded number of records parsed at once
+                part = lines[start:start + _LINES]
+                yield number + 1, part, []
+                number += len(part)
     if carry:  # no newline at the end: a torn last line, never parsed
         yield number + 1, [], [jsonl._torn_line(display, number + 1, dataset)]
 

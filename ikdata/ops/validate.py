@@ -783,7 +783,7 @@ def _check_blobs(ds: Dataset, uses: _Uses, report: ValidationReport, *, deep: bo
                 bad = bool(_use_problems(sites[pair[0]], None, refs[pair[1]], files, entries, set()))
                 if bad:
                     failed.add(pair)
-                if len(verdicts) > 1 << 16:
+                if len(verdicts) > 1 << 14:
                     verdicts.clear()
                 verdicts[pair] = bad
     if not failed:
