@@ -80,7 +80,8 @@ def test_the_page_is_static_with_plotly_inlined_once(drawn):
     assert not [s for s in page.scripts if s.startswith("SRC ")]  # nothing fetched: opens offline
     assert sum("Plotly.newPlot" in s for s in page.scripts) >= 5
     assert sum(len(s) > 1_000_000 for s in page.scripts) == 1  # plotly.js itself, once
-    assert page.tables == 2  # the per-trajectory summary, and the collapsible table of every case
+    # where the data came from, the per-trajectory summary, and the collapsible table of every case
+    assert page.tables == 3
 
 
 def test_the_page_draws_e_and_f_per_step_on_a_log_scale_chain_and_psnr(drawn):
