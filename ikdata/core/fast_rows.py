@@ -15,7 +15,6 @@ does not name, which the duplicate-uuid rule compares, so the compiled schema is
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 from typing import Any, Callable, Iterator
@@ -23,7 +22,6 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from ikdata.core import jsonl, schema
-from ikdata.core.paths import open_regular
 from ikdata.core.problems import Problem
 
 
@@ -78,34 +76,15 @@ def valid_blocks(path: str | os.PathLike, kind: str, problems: list[Problem], *,
 
 def _line_blocks(path: str | os.PathLike, display: str,
                  dataset: str | os.PathLike | None) -> Iterator[tuple[int, list[bytes], list[Problem]]]:
-    """(first line number, whole lines, problems) per :data:`_LINES` lines at most, read
-    :data:`ikdata.core.jsonl.READ_BLOCK` bytes at a time as :func:`ikdata.core.jsonl.iter_records` reads (the size taken under a shared lock, appends after it
-    unseen); the torn last line (no newline) is a problem of the last block, never a line."""
-    number = 0
-    carry = b""
-    with open(open_regular(path), "rb") as stream:
-        fcntl.flock(stream.fileno(), fcntl.LOCK_SH)
-        try:
-            left = os.fstat(stream.fileno()).st_size
-        finally:
-            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
-        while left > 0:
-            block = stream.read(min(jsonl.READ_BLOCK, left))
-            if not block:
-                break  # cut short by a truncation since: what was read is what there is
-            left -= len(block)
-            data = carry + block if carry else block
-            cut = data.rfind(b"\n") + 1
-            carry = data[cut:]
-            lines = data[:cut].split(b"\n")
-            lines.pop()
-            del data, block
-            for start in range(0, len(lines), _LINES):  # a bounded number of records parsed at once
-                part = lines[start:start + _LINES]
-                yield number + 1, part, []
-                number += len(part)
-    if carry:  # no newline at the end: a torn last line, never parsed
-        yield number + 1, [], [jsonl._torn_line(display, number + 1, dataset)]
+    """(first line number, whole lines, problems) per :data:`_LINES` lines at most, read as every record file is
+    read a block at a time (:func:`ikdata.core.jsonl.line_blocks`); the torn last line (no newline) is a problem
+    of a last, empty block, never a line."""
+    tail: list[Problem] = []
+    for first, lines in jsonl.line_blocks(path, tail, display=display, dataset=dataset):
+        for start in range(0, len(lines), _LINES):  # a bounded number of records parsed at once
+            yield first + start, lines[start:start + _LINES], []  # type: ignore[misc]
+    if tail:
+        yield 0, [], tail
 
 
 def _checked(block: list[tuple[int, Any]], kind: str, check_block: Callable[[list], bool] | None,

@@ -175,20 +175,18 @@ def _too_long(display: str, line: int, max_line: int) -> Problem:
                    "skipped unread (not written by ikdata)", line, code="line-too-long")
 
 
-def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: str | None = None,
-                 dataset: str | os.PathLike | None = None, max_line: int | None = None) -> Iterator[tuple[int, Any]]:
-    """Yield (line, record) one at a time, appending bad lines to ``problems``, as ``read`` reports them.
+def line_blocks(path: str | os.PathLike, problems: list[Problem], *, display: str,
+                dataset: str | os.PathLike | None = None,
+                max_line: int | None = None) -> Iterator[tuple[int, list[bytes | None]]]:
+    """(number of its first line, its whole lines) per block of at most :data:`READ_BLOCK` bytes, so memory stays
+    flat whatever the file's size: the one way a record file is read a block at a time.
 
-    For one pass over a large file (stats, validate, gc): the file is read in blocks of
-    :data:`READ_BLOCK` bytes, so memory stays flat whatever its size. The size is taken under a
-    shared lock; appends land after it as whole lines, so the bytes up to it are what a locked
-    read of the whole file would see, and appenders are not held up while the caller works.
-    ``max_line``: a line longer than this many bytes is a problem, skipped without being held whole or
-    parsed (memory stays bounded by it even for a file of one endless line).
+    The size is taken under a shared lock; appends land after it as whole lines, so the bytes up to it are what a
+    locked read of the whole file would see, and appenders are not held up while the caller works. A line longer
+    than ``max_line`` bytes is ``None`` in its block (the caller names it: :func:`too_long`), or, when it runs past
+    a block, is dropped unread and named here; the torn last line (no newline) is named here after the last
+    block, never a line. Problems land in line order once each block is handled before the next is asked for.
     """
-    display = display or str(path)
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
     number = 0
     carry = b""
     skipping = False  # inside a line already longer than max_line: drop bytes up to its end
@@ -208,31 +206,54 @@ def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: s
                 if end < 0:
                     continue
                 number += 1
-                problems.append(_too_long(display, number, max_line or 0))
+                problems.append(too_long(display, number, max_line or 0))
                 skipping, block = False, block[end + 1:]
             data = carry + block if carry else block
             cut = data.rfind(b"\n") + 1
             carry = data[cut:]
-            lines = data[:cut].split(b"\n")
+            lines: list[bytes | None] = data[:cut].split(b"\n")  # type: ignore[assignment]
             lines.pop()
             del data, block
-            for raw in lines:
-                number += 1
-                if max_line is not None and len(raw) > max_line:
-                    problems.append(_too_long(display, number, max_line))
-                    continue
-                try:
-                    yield number, loads(raw)
-                except decode_error as exc:
-                    if raw.strip():
-                        problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object "
-                                                "per line", number, code="malformed-json"))
+            if max_line is not None:
+                lines = [None if len(raw) > max_line else raw for raw in lines]  # type: ignore[arg-type]
+            if lines:
+                yield number + 1, lines
+                number += len(lines)
             if max_line is not None and len(carry) > max_line:
                 skipping, carry = True, b""
     if skipping:  # an overlong last line with no newline
-        problems.append(_too_long(display, number + 1, max_line or 0))
+        problems.append(too_long(display, number + 1, max_line or 0))
     elif carry:  # no newline at the end: a torn last line, never parsed
         problems.append(_torn_line(display, number + 1, dataset))
+
+
+def too_long(display: str, line: int, max_line: int) -> Problem:
+    """The problem of a line past the most a line of its file may hold (:func:`line_blocks` leaves it unread)."""
+    return _too_long(display, line, max_line)
+
+
+def iter_records(path: str | os.PathLike, problems: list[Problem], *, display: str | None = None,
+                 dataset: str | os.PathLike | None = None, max_line: int | None = None) -> Iterator[tuple[int, Any]]:
+    """Yield (line, record) one at a time, appending bad lines to ``problems``, as ``read`` reports them.
+
+    For one pass over a large file (stats, validate, gc): read a block at a time (:func:`line_blocks`), so memory
+    stays flat whatever its size. ``max_line``: a line longer than this many bytes is a problem, skipped without
+    being held whole or parsed (memory stays bounded by it even for a file of one endless line).
+    """
+    display = display or str(path)
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    for first, lines in line_blocks(path, problems, display=display, dataset=dataset, max_line=max_line):
+        for number, raw in enumerate(lines, first):
+            if raw is None:
+                problems.append(_too_long(display, number, max_line or 0))
+                continue
+            try:
+                yield number, loads(raw)
+            except decode_error as exc:
+                if raw.strip():
+                    problems.append(Problem(display, f"malformed JSON: {exc}; expected one JSON object "
+                                            "per line", number, code="malformed-json"))
 
 
 @dataclass(frozen=True)
