@@ -233,6 +233,14 @@ def _child(calls: list[EngineCall], named_as_api: bool = False) -> None:
         engines[name](**values)
 
 
+def recorder_env(out: Path, fmt: str = "safetensors") -> dict[str, str]:
+    """The environment a child runs FlashInfer's recorder in: dumps in ``out/dumps`` (safetensors or torch files),
+    its log in ``out/log.txt``."""
+    return {**os.environ, "FLASHINFER_LOGLEVEL": "10", "FLASHINFER_DUMP_DIR": str(out / "dumps"),
+            "FLASHINFER_LOGDEST": str(out / "log.txt"), "PYTHONWARNINGS": "ignore",
+            "FLASHINFER_DUMP_SAFETENSORS": "1" if fmt == "safetensors" else "0"}
+
+
 def record(out: Path, calls: list[EngineCall], *, fmt: str = "safetensors", timeout: float = 600,
            named_as_api: bool = False) -> Path:
     """Call each engine under FlashInfer's recorder in a child process; returns ``out/dumps``.
@@ -243,9 +251,7 @@ def record(out: Path, calls: list[EngineCall], *, fmt: str = "safetensors", time
         subprocess.CalledProcessError: the child failed (its stderr says why).
     """
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "FLASHINFER_LOGLEVEL": "10", "FLASHINFER_DUMP_DIR": str(out / "dumps"),
-           "FLASHINFER_LOGDEST": str(out / "log.txt"), "PYTHONWARNINGS": "ignore",
-           "FLASHINFER_DUMP_SAFETENSORS": "1" if fmt == "safetensors" else "0"}
+    env = recorder_env(out, fmt)
     flag = ["--child-as-api"] if named_as_api else ["--child"]
     subprocess.run([sys.executable, __file__, *flag, *(c.to_arg() for c in calls)], env=env, check=True,
                    capture_output=True, timeout=timeout)

@@ -19,7 +19,6 @@ judge must fail. Plans (:data:`PLANS`) are lists of calls; OUT/dumps holds the r
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -274,10 +273,10 @@ def record(out: Path, plan: str = "every", *, wrong: str | None = None, seed: in
     Raises:
         subprocess.CalledProcessError: the child failed (its stderr says why).
     """
+    from flashinfer_engines import recorder_env  # tools/, beside this file
+
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "FLASHINFER_LOGLEVEL": "10", "FLASHINFER_DUMP_DIR": str(out / "dumps"),
-           "FLASHINFER_LOGDEST": str(out / "log.txt"), "PYTHONWARNINGS": "ignore",
-           "FLASHINFER_DUMP_SAFETENSORS": "1" if fmt == "safetensors" else "0"}
+    env = recorder_env(out, fmt)
     env.pop("FLASHINFER_TRACE_DUMP_DIR", None)
     command = [sys.executable, __file__, str(out), "--child", "--plan", plan, "--seed", str(seed)]
     command += ["--wrong", wrong] if wrong else []
