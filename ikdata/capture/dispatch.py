@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from ikdata.capture import census, op_binding
 from ikdata.capture.op_binding import NO_DEFINITION, Binding, BuiltIn, OpCall
+from ikdata.capture.spread import spread
 
 SURVEY_STEPS = 2  # the first selected steps of a process in which every op is counted (then steps 2**k)
 
@@ -36,7 +37,7 @@ SURVEY_STEPS = 2  # the first selected steps of a process in which every op is c
 def surveyed(index: int) -> bool:
     """Whether the ``index``-th selected step of a process (from 0) is surveyed: the first :data:`SURVEY_STEPS`,
     then every power of two, so a run of N steps surveys about log2(N) of them."""
-    return index < SURVEY_STEPS or index & (index - 1) == 0
+    return spread(index, SURVEY_STEPS)
 # The key the kernels are registered at. It is in no tensor's key set and ops fall through it, so a kernel
 # there runs only while capture includes the key in the thread's dispatch state (a selected step): elsewhere
 # every op, interposed or not, costs what it cost without capture. It sits above autograd and functorch.

@@ -31,6 +31,7 @@ import math
 from typing import Any, Callable, NamedTuple
 
 from ikdata.capture.sources import declared_by
+from ikdata.capture.spread import looks_at
 from ikdata.engines.sampler_rows import TEMPLATE as SAMPLER_TEMPLATE
 from ikdata.engines.sampler_rows import RowSettings, SampledRow, record_row
 
@@ -281,13 +282,13 @@ def _row_wanted(cap: Any, runner: Any, step: int) -> bool:
     """Whether capture's default selection keeps this row, decided before any copy: a bounded spread of
     sampler rows. Where steps were asked for (``--steps``, ``--per-step``) every row is offered to
     :meth:`record`, which decides by them (and ``--max-per-definition`` bounds them). Otherwise: rows at the
-    decode steps the default looks at (:func:`ikdata.capture.selection.looks_at`: 0-3, then powers of two),
+    decode steps the default looks at (:func:`ikdata.capture.spread.looks_at`: 0-3, then powers of two),
     at most :data:`ROWS_PER_STEP` of each such step and :data:`SAMPLER_ROWS` in all, so a long run or a busy
     server pays for a few hundred rows, spread over the generation, and then nothing."""
     config = cap.config
     if config.steps is not None or getattr(config, "per_step", False):
         return True
-    if not (step < 4 or step & (step - 1) == 0):  # ikdata.capture.selection.looks_at, inlined: once per row
+    if not looks_at(step):
         return False
     kept = runner.__dict__.setdefault("_ikdata_rows_kept", {})
     if kept.get(step, 0) >= ROWS_PER_STEP or sum(kept.values()) >= SAMPLER_ROWS:

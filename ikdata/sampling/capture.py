@@ -38,6 +38,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from ikdata.capture.sources import declared_by
+from ikdata.capture.spread import spread
 
 TEMPLATE = "sampling_logits_f32"
 OPERATION = "transformers.GenerationMixin._sample"
@@ -278,11 +279,6 @@ def selection_lines(counts: Mapping[str, int]) -> list[str]:
             "two. More: --per-step (every step of every call)"]
 
 
-def _spread(index: int, first: int) -> bool:
-    """The default's bounded spread: the first ``first`` indices, then every power of two."""
-    return index < first or index & (index - 1) == 0
-
-
 class _Selection:
     """Which of HF's sampler calls and steps a capturer records, decided before anything is copied.
 
@@ -316,7 +312,7 @@ class _Selection:
         return req.steps if req is not None and req.steps is not None else self.cap.config.steps
 
     def keeps_call(self, index: int) -> bool:
-        return (self.cap.config.per_step or self.asked_steps() is not None) or _spread(index, FULL_CALLS)
+        return (self.cap.config.per_step or self.asked_steps() is not None) or spread(index, FULL_CALLS)
 
     def step_wanted(self) -> Any:
         """The test a call's recorder asks at each step, before copying its logits."""
@@ -326,7 +322,7 @@ class _Selection:
             return chosen.__contains__
         if self.cap.config.per_step:
             return lambda index: True
-        return lambda index: _spread(index, FULL_STEPS)
+        return lambda index: spread(index, FULL_STEPS)
 
 
 def _selection_of(cap: Any) -> _Selection:
