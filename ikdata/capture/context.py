@@ -289,7 +289,7 @@ class StepTracker:
     """The module stack of each thread, and the step counter of each request.
 
     ``steps``: the run's ``--steps``, which a request's own ``steps`` replace; without either, every step
-    (``per_step``) or the default's spread of them (:func:`ikdata.capture.selection.looks_at`)."""
+    (``per_step``) or the default's spread of them (:func:`ikdata.capture.spread.looks_at`)."""
 
     def __init__(self, *, step_module: str | None, request_file: str | None,
                  steps: tuple[int, ...] | None = None, per_step: bool = False) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ikdata.core import jsonl
 from ikdata.capture import census, selection, sources
-from ikdata.capture.config import CaptureConfig, check_only  # noqa: F401  (check_only: its old home)
+from ikdata.capture.config import CaptureConfig
 from ikdata.capture.context import RankProbe, StepTracker
 from ikdata.core.templates import instantiate, load_templates
 from ikdata.capture.weights import BlobHandle, WeightCache
@@ -523,4 +523,4 @@ def _nbytes(value: Any) -> int:
     return value.numel() * value.element_size() if _is_tensor(value) else 0
 
 
-__all__ = ["Capturer", "check_only"]
+__all__ = ["Capturer"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ikdata.capture.context import step_asked
-from ikdata.capture.spread import LOOKED_AT_FIRST, looked_at, looks_at  # noqa: F401  (the selection's spread)
+
 
 # Why a reservation was refused (also the counters of the summary).
 SEEN = "seen"
@@ -137,4 +137,4 @@ class Ledger:
             return {"counts": {}, "bytes": 0}
 
 
-__all__ = ["LOOKED_AT_FIRST", "looks_at", "looked_at", "Ledger", "SEEN", "DEFINITION_FULL", "BYTES_FULL"]
+__all__ = ["Ledger", "SEEN", "DEFINITION_FULL", "BYTES_FULL"]

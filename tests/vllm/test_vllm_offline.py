@@ -13,7 +13,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from ikdata.capture.selection import looks_at
+from ikdata.capture.spread import looks_at
 
 from conftest import PROMPTS, TOKENS
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ikdata.capture.selection import looks_at
+from ikdata.capture.spread import looks_at
 from conftest import ENGINE_TIMEOUT, ROOT, Run, engine_env
 
 SEEDED_PROGRAM = Path(__file__).parent / "vllm_seeded_prog.py"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ikdata.capture.selection import looks_at
+from ikdata.capture.spread import looks_at
 from conftest import ENGINE_TIMEOUT, engine_env
 from test_vllm_seeds import SAMPLER, SEEDED_PROGRAM, capture_seeded
 
