@@ -302,5 +302,6 @@ def _print_summary(summary: dict[str, Any], report: Report, *, tables: bool = Tr
     if summary.get("problems"):
         parts.append(f"{len(summary['problems'])} unreadable records")
     if summary.get("not_judged"):  # no power claimed there: --strict exits 1
-        parts.append(f"{len(summary['not_judged'])} sampling verdict(s) not judged (too few draws; --strict fails)")
+        parts.append(f"{len(summary['not_judged'])} verdict(s) or part(s) not judged (sampling draws too few, "
+                     "guidance not rebuilt; --strict fails)")
     out.info(f"{', '.join(parts) or 'nothing to replay'} — report: {summary['report']}")

@@ -288,9 +288,17 @@ class Report:
         return found
 
     def not_judged(self) -> list[str]:
-        """Group verdicts with no power: each "definition: why, and what it would need"."""
-        return [f"{g.definition}: {why}" for groups in self.groups.values() for g in groups
-                for why in g.reasons_not_judged()]
+        """What replay could not judge: group verdicts with no power ("definition: why, and what it would need"),
+        then what a case declared it left unjudged in its family's record (``not_judged``: a trajectory's
+        guidance no modelled form rebuilds), "definition uuid: why"."""
+        found = [f"{g.definition}: {why}" for groups in self.groups.values() for g in groups
+                 for why in g.reasons_not_judged()]
+        for case in self.cases:
+            for record in case.records.values():
+                declared = record.get("not_judged") if isinstance(record, Mapping) else None
+                if isinstance(declared, list):
+                    found += [f"{case.definition} {case.uuid[:12]}: {why}" for why in declared if isinstance(why, str)]
+        return found
 
 
 def _family_names() -> tuple[str, ...]:

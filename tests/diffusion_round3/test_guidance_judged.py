@@ -63,6 +63,11 @@ def test_guidance_ikdata_cannot_rebuild_is_declared_not_judged(tmp_path):
     assert case["reason"].startswith("passed what was judged; guidance not judged (stream 'image')")
     notes = table.notes(report)
     assert any("guidance not judged (stream 'image')" in line for line in notes), notes
+    from ikdata.replay.summary import exit_code, not_judged
+
+    # counted with what replay could not judge, so replay --strict exits 1 on it
+    assert any("guidance not judged (stream 'image')" in why for why in not_judged(report))
+    assert exit_code(report) == 0 and exit_code(report, strict=True) == 1
 
 
 def test_every_call_is_judged_when_guidance_is_not(tmp_path):
